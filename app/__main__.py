@@ -1,0 +1,30 @@
+"""Entry point for `hearth`, `python -m app` and the frozen executable."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+
+from app.paths import HearthPaths
+
+
+def _run_gui(paths: HearthPaths, smoke_test: bool) -> int:
+    from ui.main import run_gui
+
+    return run_gui(paths, smoke_test=smoke_test)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from app.cli import main as cli_main
+
+    return cli_main(argv, gui=_run_gui)
+
+
+def gui_main() -> int:
+    return main(["gui", *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    # The runner is a spawned process; a frozen executable must dispatch to it instead of re-running main.
+    multiprocessing.freeze_support()
+    sys.exit(main())

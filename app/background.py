@@ -1,0 +1,52 @@
+"""Run blocking calls (database, hashing, disk) off the GUI thread and deliver results on it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+
+T = TypeVar("T")
+log = logging.getLogger("hearth.background")
+
+
+class Background(QObject):
+    """A single worker thread keeps database writes ordered; callbacks run on the owner's (GUI) thread."""
+
+    _delivered = Signal(object, object, object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-bg")
+        # Queued: the signal is emitted from the worker thread, the slot must run in ours.
+        self._delivered.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
+
+    def call(
+        self,
+        fn: Callable[[], T],
+        on_done: Callable[[T], None] | None = None,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> Future[T]:
+        def job() -> T:
+            try:
+                result = fn()
+            except Exception as exc:
+                log.exception("background call failed")
+                self._delivered.emit(on_error, None, exc)
+                raise
+            self._delivered.emit(on_done, result, None)
+            return result
+
+        return self._executor.submit(job)
+
+    @Slot(object, object, object)
+    def _deliver(self, callback: Callable[..., Any] | None, result: object, error: Exception | None) -> None:
+        if callback is None:
+            return
+        callback(error if error is not None else result)
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=False)

@@ -1,0 +1,42 @@
+"""The composition root's Qt-free half: what the CLI and the GUI both need, opened in one place."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from app.conversations import ConversationStore
+from app.db import Database
+from app.library import ModelLibrary
+from app.paths import HearthPaths
+from app.settings import Settings, load_settings
+
+log = logging.getLogger("hearth.core")
+
+
+@dataclass
+class Core:
+    paths: HearthPaths
+    settings: Settings
+    db: Database
+    store: ConversationStore
+    library: ModelLibrary
+    interrupted_at_start: int
+
+    @classmethod
+    def open(cls, paths: HearthPaths) -> Core:
+        paths.ensure()
+        settings = load_settings(paths.settings_path)
+        db = Database.open(paths.db_path, paths.backups_dir)
+        store = ConversationStore(db)
+        # A reply still marked streaming was cut off by a crash or a kill: say so instead of pretending.
+        interrupted = store.mark_interrupted_streaming()
+        if interrupted:
+            log.warning("%d reply(ies) were interrupted by the previous session ending", interrupted)
+        library = ModelLibrary(db, paths.models_dir)
+        # The starter model ships as a Python package so a new user can chat offline right away.
+        library.register_starter()
+        return cls(paths, settings, db, store, library, interrupted)
+
+    def close(self) -> None:
+        self.db.dispose()

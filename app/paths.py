@@ -1,0 +1,60 @@
+"""Every file Hearth writes lives under one home directory resolved here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+HOME_ENV = "HEARTH_HOME"
+
+
+@dataclass(frozen=True)
+class HearthPaths:
+    home: Path
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "hearth.sqlite3"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def log_file(self) -> Path:
+        return self.logs_dir / "hearth.log"
+
+    @property
+    def runner_log_file(self) -> Path:
+        return self.logs_dir / "runner.log"
+
+    @property
+    def settings_path(self) -> Path:
+        return self.home / "settings.json"
+
+    @property
+    def backups_dir(self) -> Path:
+        return self.home / "backups"
+
+    def ensure(self) -> HearthPaths:
+        for directory in (self.home, self.models_dir, self.logs_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+def resolve_home(cli_home: str | os.PathLike[str] | None = None) -> HearthPaths:
+    """`--home` wins over HEARTH_HOME, which wins over the platform's data directory."""
+    if cli_home:
+        raw = Path(cli_home)
+    elif os.environ.get(HOME_ENV):
+        raw = Path(os.environ[HOME_ENV])
+    else:
+        raw = Path(platformdirs.user_data_dir("Hearth", appauthor=False))
+    return HearthPaths(raw.expanduser().resolve())

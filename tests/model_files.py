@@ -1,0 +1,33 @@
+"""Real model files for tests, derived from the starter model without touching the original."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+TEMPLATE_KEY = b"tokenizer.chat_template"
+GGUF_STRING = 8
+
+
+def with_chat_template(source: Path, target: Path, template: str) -> Path:
+    """Copy `source` with its chat template replaced.
+
+    The new template is padded with spaces to the old length, so every offset in the file stays valid and the
+    result is a real, loadable model whose only difference is the template.
+    """
+    data = bytearray(source.read_bytes())
+    key_at = data.find(struct.pack("<Q", len(TEMPLATE_KEY)) + TEMPLATE_KEY)
+    if key_at < 0:
+        raise ValueError(f"{source} has no chat template")
+    type_at = key_at + 8 + len(TEMPLATE_KEY)
+    (value_type,) = struct.unpack_from("<I", data, type_at)
+    if value_type != GGUF_STRING:
+        raise ValueError("chat template is not a string")
+    (length,) = struct.unpack_from("<Q", data, type_at + 4)
+    encoded = template.encode("utf-8")
+    if len(encoded) > length:
+        raise ValueError(f"template of {len(encoded)} bytes does not fit in the original {length}")
+    start = type_at + 12
+    data[start : start + length] = encoded.ljust(length, b" ")
+    target.write_bytes(bytes(data))
+    return target

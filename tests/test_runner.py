@@ -1,0 +1,225 @@
+"""The runner process with the real starter model: streaming, stop, crash recovery, KV reuse, hostile files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.core import Core
+from app.engine import ChatEngine, TurnCallbacks
+from app.paths import resolve_home
+from inference.client import RunnerClient, RunnerError
+from inference.protocol import ErrorKind, LoadPlan, SamplingParams
+from inference.runner import StopWindow
+from tests.model_files import with_chat_template
+
+pytestmark = pytest.mark.model
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=48, seed=1)
+
+
+class Recorder(TurnCallbacks):
+    def __init__(self) -> None:
+        self.deltas: list[str] = []
+        self.started_ids: tuple[int, int, int] | None = None
+
+    def started(self, conversation_id: int, user_message_id: int, assistant_message_id: int) -> None:
+        self.started_ids = (conversation_id, user_message_id, assistant_message_id)
+
+    def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
+        if text:
+            self.deltas.append(text)
+
+
+@pytest.fixture
+def core(starter_model: Path) -> Core:
+    opened = Core.open(resolve_home())
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def engine(core: Core) -> ChatEngine:
+    chat = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
+    yield chat
+    chat.close()
+
+
+def starter_name(core: Core) -> str:
+    (model,) = core.library.list_models()
+    return model.name
+
+
+def test_reply_streams_through_the_runner_and_is_stored(core: Core, engine: ChatEngine) -> None:
+    recorder = Recorder()
+    sampling = SamplingParams(temperature=0.0, max_tokens=96, seed=7)
+    result = engine.run_turn("Name three colours.", starter_name(core), sampling=sampling, callbacks=recorder)
+
+    assert result.status == "complete", result.error
+    assert len(recorder.deltas) >= 2, "tokens should arrive in several batches, not all at the end"
+    assert "".join(recorder.deltas) == result.text
+    assert result.text.strip()
+    stored = core.store.list_messages(result.conversation_id)
+    assert [m.role for m in stored] == ["user", "assistant"]
+    reply = stored[1]
+    assert reply.status == "complete"
+    assert reply.content == result.text
+    assert reply.model_sha256 == core.library.get(starter_name(core)).sha256
+    assert reply.completion_tokens == result.stats.completion_tokens > 0
+    assert reply.ttft_ms is not None and reply.tokens_per_second is not None and reply.tokens_per_second > 0
+    assert reply.seed == 7 and reply.sampling is not None and reply.sampling["temperature"] == 0.0
+    assert recorder.started_ids == (result.conversation_id, result.user_message_id, result.assistant_message_id)
+
+
+def test_same_seed_same_reply(core: Core, engine: ChatEngine) -> None:
+    sampling = SamplingParams(temperature=0.9, max_tokens=32, seed=1234)
+    first = engine.run_turn("Tell me a story.", starter_name(core), sampling=sampling)
+    second = engine.run_turn("Tell me a story.", starter_name(core), sampling=sampling)
+    assert first.text == second.text
+
+
+class StopAfterFirstDelta(Recorder):
+    def __init__(self, engine: ChatEngine) -> None:
+        super().__init__()
+        self._engine = engine
+
+    def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
+        super().delta(assistant_message_id, text, n_tokens)
+        self._engine.cancel()
+
+
+def test_stop_keeps_the_partial_reply_as_stopped(core: Core, engine: ChatEngine) -> None:
+    recorder = StopAfterFirstDelta(engine)
+    sampling = SamplingParams(temperature=0.0, max_tokens=2000, seed=1)
+    result = engine.run_turn("Write a very long essay about rivers.", starter_name(core), sampling=sampling, callbacks=recorder)
+
+    assert result.status == "stopped"
+    assert result.stats is not None and result.stats.completion_tokens < 2000
+    reply = core.store.list_messages(result.conversation_id)[-1]
+    assert reply.status == "stopped"
+    assert reply.content == result.text == "".join(recorder.deltas)
+    assert reply.content
+
+
+class KillRunnerMidReply(Recorder):
+    def __init__(self, engine: ChatEngine) -> None:
+        super().__init__()
+        self._engine = engine
+
+    def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
+        super().delta(assistant_message_id, text, n_tokens)
+        if len(self.deltas) == 2:
+            self._engine.client.kill()
+
+
+def test_killed_runner_keeps_partial_reply_interrupted_and_next_message_works(core: Core, engine: ChatEngine) -> None:
+    name = starter_name(core)
+    recorder = KillRunnerMidReply(engine)
+    sampling = SamplingParams(temperature=0.0, max_tokens=2000, seed=1)
+    result = engine.run_turn("Write a very long essay about mountains.", name, sampling=sampling, callbacks=recorder)
+
+    assert result.status == "interrupted"
+    assert result.error_kind is ErrorKind.RUNNER_CRASHED
+    assert "SIGKILL" in (result.error or "")
+    reply = core.store.list_messages(result.conversation_id)[-1]
+    assert reply.status == "interrupted"
+    assert reply.content and reply.content == "".join(recorder.deltas)
+
+    follow_up = engine.run_turn("Thanks. Say hi.", name, conversation_id=result.conversation_id, sampling=GREEDY)
+    assert follow_up.status == "complete", follow_up.error
+    assert follow_up.text.strip()
+    statuses = [m.status for m in core.store.list_messages(result.conversation_id)]
+    assert statuses == ["complete", "interrupted", "complete", "complete"]
+
+
+def test_second_turn_reuses_the_kv_prefix(core: Core, engine: ChatEngine) -> None:
+    name = starter_name(core)
+    long_context = " ".join(f"Fact {i}: the number {i} follows {i - 1}." for i in range(1, 80))
+    first = engine.run_turn(long_context + "\nWhat is fact 3?", name, sampling=GREEDY)
+    second = engine.run_turn("And fact 4?", name, conversation_id=first.conversation_id, sampling=GREEDY)
+
+    assert first.stats is not None and second.stats is not None
+    assert first.stats.prompt_tokens > 800
+    assert first.stats.cached_prompt_tokens == 0
+    assert second.stats.cached_prompt_tokens >= first.stats.prompt_tokens - 1
+    assert second.stats.time_to_first_token_s < first.stats.time_to_first_token_s
+
+
+def _plan(path: Path) -> LoadPlan:
+    return LoadPlan(model_path=str(path), n_ctx=1024, n_gpu_layers=0, n_layers=30, flash_attn=False, n_threads=2)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(b"NOTAGGUF" + b"\0" * 64, id="bad-magic"),
+        pytest.param(b"GGUF" + (3).to_bytes(4, "little") + (2**62).to_bytes(8, "little") + b"\0" * 8, id="huge-count"),
+    ],
+)
+def test_crafted_gguf_is_rejected_before_llama_cpp(tmp_path: Path, content: bytes) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(content)
+    client = RunnerClient(tmp_path / "runner.log")
+    try:
+        with pytest.raises(RunnerError) as info:
+            client.load(_plan(bad))
+        assert info.value.kind is ErrorKind.MODEL_INVALID
+        assert "Not a valid GGUF model" in info.value.message
+        assert client.alive, "the header check, not a llama.cpp crash, must have refused it"
+    finally:
+        client.close()
+
+
+def test_truncated_real_model_is_rejected_before_llama_cpp(tmp_path: Path, starter_model: Path) -> None:
+    truncated = tmp_path / "truncated.gguf"
+    with starter_model.open("rb") as src:
+        truncated.write_bytes(src.read(50_000_000))
+    client = RunnerClient(tmp_path / "runner.log")
+    try:
+        with pytest.raises(RunnerError) as info:
+            client.load(_plan(truncated))
+        assert info.value.kind is ErrorKind.MODEL_INVALID
+        assert client.alive
+    finally:
+        client.close()
+
+
+def test_chat_template_that_tries_to_run_code_cannot(tmp_path: Path, starter_model: Path) -> None:
+    sentinel = tmp_path / "pwned"
+    hostile = (
+        "{{ cycler.__init__.__globals__.os.system('touch " + str(sentinel) + "') }}"
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+    )
+    model = with_chat_template(starter_model, tmp_path / "hostile.gguf", hostile)
+    client = RunnerClient(tmp_path / "runner.log")
+    try:
+        loaded = client.load(_plan(model))
+        assert loaded.template_source == "fallback:chatml"
+        assert "template" in loaded.template_note.lower()
+        from inference.protocol import ChatMessage, Finished, GenerateRequest
+
+        events = list(client.generate(GenerateRequest("r1", (ChatMessage("user", "Hello"),), GREEDY)))
+        assert isinstance(events[-1], Finished)
+    finally:
+        client.close()
+    assert not sentinel.exists()
+
+
+def test_stop_window_finds_stop_strings_split_across_tokens() -> None:
+    window = StopWindow(("<|im_end|>",))
+    emitted = []
+    hit = False
+    for piece in ["Hello", " world", "<|im", "_e", "nd|>", "tail"]:
+        text, hit = window.push(piece)
+        emitted.append(text)
+        if hit:
+            break
+    assert hit
+    assert "".join(emitted) == "Hello world"
+
+
+def test_stop_window_releases_held_text_at_the_end() -> None:
+    window = StopWindow(("STOP",))
+    out = [window.push(p)[0] for p in ["ab", "S", "T"]]
+    assert "".join(out) + window.flush() == "abST"
