@@ -66,7 +66,10 @@ class Database:
         from the backup taken just before, and the message names that backup).
         """
         path = Path(path).resolve()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatabaseError(f"Cannot create the folder {path.parent}: {exc.strerror or exc}.") from exc
         with _user_readable_errors(path):
             if path.exists():
                 verdict = _check_existing_file(path)

@@ -145,7 +145,7 @@ class ChatEngine:
             raise HearthError(f"Model '{model.name}' is not a valid GGUF file: {exc}") from exc
         backend, _ = llama_backend()
         plan = plan_load(
-            model.path,
+            str(model.path),
             header,
             self.hardware,
             context_length=self.settings.context_length,

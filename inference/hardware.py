@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -113,13 +112,7 @@ def _what_if_gpus(vram_mib: int) -> tuple[tuple[GpuInfo, ...], str]:
 
 def _import_nvml() -> NvmlLike | None:
     try:
-        with warnings.catch_warnings():
-            # The deprecated `pynvml` PyPI wrapper, when installed next to nvidia-ml-py, warns on import;
-            # the module it resolves to is nvidia-ml-py's own `pynvml`, so the warning is not about us.
-            warnings.filterwarnings(
-                "ignore", message="The pynvml package is deprecated", category=FutureWarning
-            )
-            import pynvml
+        import pynvml
     except ImportError:
         return None
     nvml: NvmlLike = pynvml

@@ -63,7 +63,7 @@ def version_of(path: Path) -> str:
 
 
 def populate(path: Path, backups: Path) -> tuple[int, int]:
-    """A database at the current head with a conversation of three messages; returns (conversations, messages)."""
+    """A database at head holding two conversations and three messages; returns those counts."""
     database = Database.open(path, backups)
     store = ConversationStore(database)
     conversation = store.create_conversation("Populated", system_prompt="Be brief.")
@@ -196,7 +196,9 @@ def test_older_database_is_backed_up_and_verified_before_migrating(
 ) -> None:
     path, backups = home / "hearth.sqlite3", home / "backups"
     conversations, messages = populate(path, backups)
-    monkeypatch.setattr(db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "0002_pinned.py", REBUILD_PARENT))
+    monkeypatch.setattr(
+        db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "0002_pinned.py", REBUILD_PARENT)
+    )
 
     database = Database.open(path, backups)
     try:
@@ -218,7 +220,9 @@ def test_older_database_is_backed_up_and_verified_before_migrating(
         database.dispose()
 
 
-@pytest.mark.parametrize("failing", [FAILS_INSIDE_TRANSACTION, FAILS_AFTER_COMMITTING], ids=["rolled-back", "committed"])
+@pytest.mark.parametrize(
+    "failing", [FAILS_INSIDE_TRANSACTION, FAILS_AFTER_COMMITTING], ids=["rolled-back", "committed"]
+)
 def test_failed_migration_restores_the_backup_and_names_it(
     failing: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -286,9 +290,13 @@ def test_damaged_page_is_refused_and_left_untouched(home: Path) -> None:
 
 def test_session_commits_on_success_and_rolls_back_on_error(db: Database) -> None:
     with db.session() as session:
-        session.execute(text("INSERT INTO conversations (title, created_at, updated_at) VALUES ('a', 'x', 'x')"))
+        session.execute(
+            text("INSERT INTO conversations (title, created_at, updated_at) VALUES ('a', 'x', 'x')")
+        )
     with pytest.raises(RuntimeError), db.session() as session:
-        session.execute(text("INSERT INTO conversations (title, created_at, updated_at) VALUES ('b', 'x', 'x')"))
+        session.execute(
+            text("INSERT INTO conversations (title, created_at, updated_at) VALUES ('b', 'x', 'x')")
+        )
         raise RuntimeError("boom")
     assert raw(db.path, "SELECT title FROM conversations") == [("a",)]
 
@@ -342,7 +350,9 @@ def test_backup_that_fails_verification_stops_the_migration(
             "WHERE name = 'ix_messages_conversation_id'"
         )
         conn.commit()
-    monkeypatch.setattr(db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "0002_pinned.py", REBUILD_PARENT))
+    monkeypatch.setattr(
+        db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "0002_pinned.py", REBUILD_PARENT)
+    )
 
     with pytest.raises(DatabaseError, match="failed verification"):
         Database.open(path, backups)

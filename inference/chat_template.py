@@ -1,0 +1,446 @@
+"""Chat-template rendering that a hostile model file cannot turn into code execution, a hang or a memory bomb.
+
+A GGUF file's `tokenizer.chat_template` is Jinja written by whoever made the file, and it runs on every
+message (CVE-2024-34359 was exactly this, unsandboxed). Here it runs in Jinja's ImmutableSandboxedEnvironment
+(jinja2 >= 3.1.6, which closed the `|attr` and `str.format` escapes) with three extra limits:
+
+- size: templates over MAX_TEMPLATE_CHARS are not compiled at all;
+- time: a `sys.settrace` deadline interrupts templates that loop without calling anything;
+- memory: the output is streamed and capped, and no single value the template builds may exceed the same cap.
+  Python allocates a whole string before a trace function could stop it (`'x' * 10**10`,
+  `'{:>9999999999}'.format(x)`, `big|join(big)`), so the operations that can multiply sizes are checked
+  *before* they run, and everything else is checked after (its result is at most a small multiple of inputs
+  that were already checked).
+
+Whatever goes wrong, the caller gets a ChatML prompt and a one-line note for the user; nothing propagates.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import re
+import sys
+import time
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from jinja2 import Template, nodes
+from jinja2.compiler import CodeGenerator, Frame, optimizeconst
+from jinja2.exceptions import SecurityError, TemplateError
+from jinja2.runtime import Context, Undefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import Namespace
+
+from inference.protocol import ChatMessage
+
+FALLBACK_SOURCE: Final = "fallback:chatml"
+CHATML_STOP_STRINGS: Final = ("<|im_end|>", "<|im_start|>")
+MAX_TEMPLATE_CHARS: Final = 256 * 1024
+
+# Widths, counts and indents this large are never needed to format a chat; they are how a template asks
+# Python for gigabytes in a single call. Same bound as Jinja's own MAX_RANGE.
+_MAX_CALL_INT: Final = 100_000
+_MAX_INT_BITS: Final = 1 << 20
+_MAX_JSON_INDENT: Final = 16
+# Stringifying these cannot make anything much larger than their input, so they skip the size walk.
+_NON_STRINGIFYING_FILTERS: Final = frozenset(
+    {
+        "abs", "attr", "batch", "count", "d", "default", "dictsort", "first", "float", "groupby", "int",
+        "items", "last", "length", "list", "map", "max", "min", "random", "reject", "rejectattr", "reverse",
+        "round", "select", "selectattr", "slice", "sort", "sum", "unique",
+    }
+)  # fmt: skip
+# Nothing a chat template needs, and each can grow a string by an unbounded factor in one C call.
+_BLOCKED_STR_METHODS: Final = frozenset({"translate", "maketrans", "expandtabs"})
+_DIGITS: Final = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    text: str
+    source: str  # "gguf" or FALLBACK_SOURCE
+    note: str  # "" when the model's template was used, else one line for the user
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        """Strings that end a turn in the format actually used (the model's own EOS handles "gguf")."""
+        return CHATML_STOP_STRINGS if self.source == FALLBACK_SOURCE else ()
+
+
+def template_stop_strings(template: str | None) -> tuple[str, ...]:
+    """Turn-ending strings for a prompt rendered with `template`; pass None when the ChatML fallback was used.
+
+    Prefer `RenderedPrompt.stop_strings`: a template can fail at render time and fall back too.
+    """
+    return CHATML_STOP_STRINGS if template is None or not template.strip() else ()
+
+
+def render_chat(
+    template: str | None,
+    messages: Sequence[ChatMessage],
+    *,
+    bos_token: str = "",
+    eos_token: str = "",
+    add_generation_prompt: bool = True,
+    time_limit_s: float = 1.0,
+    max_output_chars: int = 4_000_000,
+) -> RenderedPrompt:
+    """Render `messages` with the model's chat template, or with ChatML (and a note saying why)."""
+    if template is None or not template.strip():
+        return _fallback(messages, add_generation_prompt, "This model has no chat template")
+    if len(template) > MAX_TEMPLATE_CHARS:
+        return _fallback(
+            messages,
+            add_generation_prompt,
+            f"The model's chat template is {len(template) // 1024} KiB, "
+            f"over the {MAX_TEMPLATE_CHARS // 1024} KiB limit",
+        )
+    context = {
+        "messages": [{"role": m.role, "content": m.content} for m in messages],
+        "bos_token": bos_token,
+        "eos_token": eos_token,
+        "add_generation_prompt": add_generation_prompt,
+    }
+    try:
+        text = _render_bounded(template, context, time_limit_s=time_limit_s, max_chars=max_output_chars)
+    except _RenderTimeout:
+        reason = f"it took longer than {time_limit_s:g} s"
+    except _OutputTooLarge:
+        reason = f"its output exceeded {max_output_chars:,} characters"
+    except _LimitExceeded as exc:
+        reason = str(exc)
+    except Exception as exc:
+        reason = _describe(exc)
+    else:
+        return RenderedPrompt(text=text, source="gguf", note="")
+    return _fallback(messages, add_generation_prompt, f"The model's chat template failed ({reason})")
+
+
+def _fallback(messages: Sequence[ChatMessage], add_generation_prompt: bool, why: str) -> RenderedPrompt:
+    parts = [f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages]
+    if add_generation_prompt:
+        parts.append("<|im_start|>assistant\n")
+    return RenderedPrompt(
+        text="".join(parts), source=FALLBACK_SOURCE, note=f"{why}; using the ChatML format."
+    )
+
+
+def _describe(exc: Exception) -> str:
+    detail = " ".join(str(exc).split())
+    if len(detail) > 160:
+        detail = detail[:157] + "..."
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+class _RenderTimeout(BaseException):
+    """BaseException so that an `except Exception` in code the template calls cannot swallow it.
+
+    That matters because CPython removes a trace function that raises, so there is exactly one shot.
+    """
+
+
+class _OutputTooLarge(Exception):
+    pass
+
+
+class _LimitExceeded(SecurityError):
+    pass
+
+
+def _render_bounded(
+    source: str, context: Mapping[str, object], *, time_limit_s: float, max_chars: int
+) -> str:
+    deadline = time.monotonic() + time_limit_s
+
+    def tracer(frame: types.FrameType, event: str, arg: object) -> Any:
+        if time.monotonic() > deadline:
+            raise _RenderTimeout
+        return tracer
+
+    chunks: list[str] = []
+    size = 0
+    stream: Iterable[str] | None = None
+    previous = sys.gettrace()
+    # Only frames entered from here on are traced, so this loop itself runs at full speed; compiling is
+    # inside the deadline because Jinja's parser and Python's compiler both run on untrusted input.
+    sys.settrace(tracer)
+    try:
+        stream = _compile(max_chars, source).generate(context)
+        for chunk in stream:
+            size += len(chunk)
+            if size > max_chars:
+                raise _OutputTooLarge
+            chunks.append(chunk)
+    finally:
+        sys.settrace(previous)
+        # Closed here, untraced, rather than when the frame is torn down with the tracer still installed.
+        if isinstance(stream, types.GeneratorType):
+            stream.close()
+    return "".join(chunks)
+
+
+@functools.lru_cache(maxsize=16)
+def _compile(limit: int, source: str) -> Template:
+    return _environment(limit).from_string(source)
+
+
+@functools.lru_cache(maxsize=4)
+def _environment(limit: int) -> _BoundedSandbox:
+    return _BoundedSandbox(limit)
+
+
+class _BoundedCodeGenerator(CodeGenerator):
+    """Routes the operands of `~` through a size check before Jinja joins them.
+
+    The body mirrors CodeGenerator.visit_Concat (jinja2 3.1); only the `checked_parts(...)` wrapper is new.
+    """
+
+    @optimizeconst
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        if frame.eval_ctx.volatile:
+            func_name = "(markup_join if context.eval_ctx.volatile else str_join)"
+        elif frame.eval_ctx.autoescape:
+            func_name = "markup_join"
+        else:
+            func_name = "str_join"
+        self.write(f"{func_name}(environment.checked_parts((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write(")))")
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    intercepted_binops = frozenset({"+", "*", "**", "%"})
+    code_generator_class = _BoundedCodeGenerator
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            trim_blocks=True,
+            lstrip_blocks=True,
+            extensions=["jinja2.ext.loopcontrols"],
+            finalize=self._finalize,
+        )
+        self.limit = limit
+        self.globals["raise_exception"] = _raise_exception
+        self.globals["strftime_now"] = _strftime_now
+        self.filters["tojson"] = _tojson
+        self.filters = {name: self._guard_filter(name, func) for name, func in self.filters.items()}
+
+    # --- sandbox policy -------------------------------------------------------------------------------
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if isinstance(obj, str | bytes) and attr in _BLOCKED_STR_METHODS:
+            return False
+        return super().is_safe_attribute(obj, attr, value)
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Undefined:
+        # Jinja's default returns an Undefined that renders as "", which would hide an escape attempt and
+        # let the template carry on; a template that tries one is not one to trust with the prompt.
+        raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__!r} object is unsafe")
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        fmt: str = value.__self__
+        self._check_format_widths(fmt)
+        format_call = wrapped
+
+        def checked(*args: Any, **kwargs: Any) -> str:
+            self._check_size(len(fmt) + self._weight(args) + self._weight(kwargs), "a formatted string")
+            return format_call(*args, **kwargs)
+
+        return checked
+
+    # --- operations a template can use to build large values ------------------------------------------
+
+    def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self._check_ints(args, kwargs)
+        target = getattr(obj, "__self__", None)
+        if isinstance(target, str | bytes) and isinstance(obj, types.BuiltinMethodType):
+            if obj.__name__ == "join" and len(args) == 1:
+                items = list(args[0])
+                self._check_size(self._join_size(target, items), "a joined string")
+                args = (items,)
+            elif obj.__name__ == "replace" and len(args) >= 2:
+                count = args[2] if len(args) > 2 else kwargs.get("count", -1)
+                self._check_size(_replace_size(target, args[0], args[1], count), "a replaced string")
+        return self._checked(super().call(context, obj, *args, **kwargs))
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(seq, str | bytes | list | tuple) and isinstance(times, int):
+                    self._check_size(len(seq) * times, "a repeated value")
+            if isinstance(left, int) and isinstance(right, int):
+                self._check_int_bits(left.bit_length() + right.bit_length())
+        elif operator == "**":
+            if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
+                self._check_int_bits(right * left.bit_length())
+        elif operator == "+":
+            if isinstance(left, str | bytes | list | tuple) and isinstance(right, str | bytes | list | tuple):
+                self._check_size(len(left) + len(right), "a concatenated value")
+        elif operator == "%" and isinstance(left, str | bytes):
+            fmt = left.decode("latin-1") if isinstance(left, bytes) else left
+            self._check_format_widths(fmt)
+            if "*" in fmt:
+                self._check_ints(right if isinstance(right, tuple) else (right,), {})
+            self._check_size(len(fmt) + self._weight(right), "a formatted string")
+        return self._checked(super().call_binop(context, operator, left, right))
+
+    def checked_parts(self, parts: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The operands of `~`, let through only if joining them stays within the limit."""
+        self._check_size(sum(len(p) if isinstance(p, str) else self._weight(p) for p in parts), "a string")
+        return parts
+
+    def concat(self, parts: Iterable[str]) -> str:
+        """Joins block, macro and `{% set %}` bodies; counts as it goes because `parts` may be a generator."""
+        collected: list[str] = []
+        total = 0
+        for part in parts:
+            total += len(part)
+            self._check_size(total, "a block of template output")
+            collected.append(part)
+        return "".join(collected)
+
+    def _finalize(self, value: Any) -> Any:
+        # Runs on every {{ }} value before Jinja calls str() on it.
+        if not isinstance(value, str):
+            self._check_size(self._weight(value), "an output value")
+        return value
+
+    def _guard_filter(self, name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(func)
+        walks = name not in _NON_STRINGIFYING_FILTERS
+        # Jinja passes the context or environment first to some filters; the filtered value comes next.
+        value_index = 1 if getattr(func, "jinja_pass_arg", None) is not None else 0
+
+        @functools.wraps(func)  # keeps `jinja_pass_arg`, which tells Jinja what to pass first
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                return func(*args, **kwargs)  # raises the filter's own, clearer, argument error
+            # The filtered value may be any number; its arguments are widths, counts and indents.
+            self._check_ints(list(bound.arguments.values())[value_index + 1 :], {})
+            if walks:
+                self._check_size(self._weight(bound.arguments), f"the input of |{name}")
+            self._check_filter_growth(name, bound)
+            return self._checked(func(*bound.args, **bound.kwargs))
+
+        return guarded
+
+    def _check_filter_growth(self, name: str, bound: inspect.BoundArguments) -> None:
+        """Pre-checks the filters whose output can be many times larger than their input."""
+        arguments = bound.arguments
+        if name == "join":
+            items = list(arguments["value"])
+            arguments["value"] = items
+            self._check_size(self._join_size(str(arguments.get("d", "")), items), "a joined string")
+        elif name == "replace":
+            text = str(arguments["s"])
+            size = _replace_size(text, str(arguments["old"]), str(arguments["new"]), arguments.get("count"))
+            self._check_size(size, "a replaced string")
+        elif name == "indent":
+            text, width = str(arguments["s"]), arguments.get("width", 4)
+            prefix = len(width) if isinstance(width, str) else int(width)
+            self._check_size(len(text) + (text.count("\n") + 1) * prefix, "an indented string")
+        elif name == "wordwrap":
+            text, wrap = str(arguments["s"]), arguments.get("wrapstring") or "\n"
+            self._check_size(len(text) * (1 + len(str(wrap))), "a wrapped string")
+        elif name == "format":
+            fmt = str(arguments["value"])
+            self._check_format_widths(fmt)
+            if "*" in fmt:
+                self._check_ints(arguments.get("args", ()), {})
+
+    # --- checks -------------------------------------------------------------------------------------
+
+    def _check_size(self, size: int, what: str) -> None:
+        if size > self.limit:
+            raise _LimitExceeded(f"{what} would exceed {self.limit:,} characters")
+
+    def _checked(self, result: Any) -> Any:
+        if isinstance(result, str | bytes | list | tuple):
+            self._check_size(len(result), "a value")
+        elif isinstance(result, int):
+            self._check_int_bits(result.bit_length())
+        return result
+
+    def _check_ints(self, args: Iterable[Any], kwargs: Mapping[str, Any]) -> None:
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, int) and abs(value) > _MAX_CALL_INT:
+                raise _LimitExceeded(f"an argument of {value} is larger than {_MAX_CALL_INT:,}")
+
+    def _check_int_bits(self, bits: int) -> None:
+        if bits > _MAX_INT_BITS:
+            raise _LimitExceeded(f"an integer of about {bits:,} bits is too large")
+
+    def _check_format_widths(self, fmt: str) -> None:
+        # Widths and precisions live inside the format string, where no argument check can see them.
+        if any(len(digits) > 6 or int(digits) > _MAX_CALL_INT for digits in _DIGITS.findall(fmt)):
+            raise _LimitExceeded(f"a format width in the template is larger than {_MAX_CALL_INT:,}")
+
+    def _join_size(self, separator: str | bytes, items: list[Any]) -> int:
+        return len(separator) * max(len(items) - 1, 0) + self._weight(items)
+
+    def _weight(self, value: object) -> int:
+        """Roughly len(str(value)), found without building it; stops counting once past the limit."""
+        total = 0
+        pending = [value]
+        while pending and total <= self.limit:
+            item = pending.pop()
+            if isinstance(item, str | bytes):
+                total += len(item) + 2
+            elif isinstance(item, Namespace):
+                # Its repr shows every attribute, and no chat template has a reason to print one.
+                return self.limit + 1
+            elif isinstance(item, Mapping):
+                total += 2 + 4 * len(item)
+                pending.extend(item.keys())
+                pending.extend(item.values())
+            elif isinstance(item, list | tuple | set | frozenset | types.MappingProxyType):
+                total += 2 + 2 * len(item)
+                pending.extend(item)
+            elif isinstance(item, int):
+                total += item.bit_length() // 3 + 1
+            else:
+                total += 64
+        return total
+
+
+def _replace_size(text: str | bytes, old: Any, new: Any, count: Any) -> int:
+    hits = text.count(old)  # an empty `old` matches len(text) + 1 times, which is what replace does too
+    if isinstance(count, int) and count >= 0:
+        hits = min(hits, count)
+    return len(text) + hits * len(new)
+
+
+def _raise_exception(message: object) -> None:
+    # A non-string message would be str()-ed by whoever shows the error; keep that bounded.
+    raise TemplateError(message if isinstance(message, str) else f"<{type(message).__name__}>")
+
+
+def _strftime_now(format: str) -> str:
+    return datetime.now().strftime(format)
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | str | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    # Like HF transformers' tojson (not Jinja's HTML-escaping one), since that is what chat templates expect.
+    if indent is not None and (len(indent) if isinstance(indent, str) else indent) > _MAX_JSON_INDENT:
+        raise _LimitExceeded(f"a JSON indent over {_MAX_JSON_INDENT} is not allowed")
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )

@@ -1,0 +1,22 @@
+"""Icons and styles from the `resources` package, read through importlib so frozen builds find them."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+from PySide6.QtGui import QIcon, QPixmap
+
+
+def _read(*parts: str) -> bytes:
+    return files("resources").joinpath(*parts).read_bytes()
+
+
+def app_icon() -> QIcon:
+    pixmap = QPixmap()
+    # The PNG, not the SVG: it needs no image-format plugin, which frozen builds may leave out.
+    pixmap.loadFromData(_read("icons", "hearth.png"), "PNG")
+    return QIcon(pixmap)
+
+
+def stylesheet() -> str:
+    return _read("styles", "hearth.qss").decode("utf-8")

@@ -1,0 +1,31 @@
+"""Questions the window asks the user. MainWindow takes them as parameters so tests can answer them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QInputDialog, QLineEdit, QMessageBox, QWidget
+
+ConfirmAction = Callable[[QWidget, str, str, str], bool]
+AskText = Callable[[QWidget, str, str, str], str | None]
+
+
+def confirm_action(parent: QWidget, title: str, text: str, action: str) -> bool:
+    """A yes/no question whose safe answer (Cancel) is the default."""
+    box = QMessageBox(parent)
+    box.setIcon(QMessageBox.Icon.Warning)
+    box.setWindowTitle(title)
+    # Plain text: the question quotes conversation titles, which come from user and model text.
+    box.setTextFormat(Qt.TextFormat.PlainText)
+    box.setText(text)
+    accept = box.addButton(action, QMessageBox.ButtonRole.DestructiveRole)
+    cancel = box.addButton(QMessageBox.StandardButton.Cancel)
+    box.setDefaultButton(cancel)
+    box.exec()
+    return box.clickedButton() is accept
+
+
+def ask_text(parent: QWidget, title: str, label: str, initial: str) -> str | None:
+    text, accepted = QInputDialog.getText(parent, title, label, QLineEdit.EchoMode.Normal, initial)
+    return text if accepted else None
