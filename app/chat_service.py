@@ -79,6 +79,14 @@ class ChatService(QObject):
         """Load a model ahead of the first message so the first reply starts quickly."""
         return self._worker.submit(self._preload, model_name)
 
+    def autoload(self) -> Future[None] | None:
+        """Load the default model in the background at start-up, unless it crashed the runner last time."""
+        name, why = self._engine.model_to_autoload()
+        if name is None:
+            self.modelStatus.emit(ModelStatus(None, "unloaded", "", "No model loaded", why))
+            return None
+        return self.preload(name)
+
     def _preload(self, model_name: str) -> None:
         try:
             self._engine.ensure_loaded(model_name, self._callbacks)
@@ -93,7 +101,11 @@ class ChatService(QObject):
     ) -> None:
         try:
             result = self._engine.run_turn(
-                prompt, model_name, conversation_id=conversation_id, sampling=sampling, callbacks=self._callbacks
+                prompt,
+                model_name,
+                conversation_id=conversation_id,
+                sampling=sampling,
+                callbacks=self._callbacks,
             )
             self._report(result)
         except HearthError as exc:

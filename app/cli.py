@@ -57,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     models_sub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
     models_list = models_sub.add_parser("list", parents=[common], help="list installed models")
     models_list.add_argument("--json", action="store_true")
-    models_import = models_sub.add_parser("import", parents=[common], help="validate, hash and add a GGUF file")
+    models_import = models_sub.add_parser(
+        "import", parents=[common], help="validate, hash and add a GGUF file"
+    )
     models_import.add_argument("path", metavar="PATH")
     models_import.add_argument("--name")
 
@@ -73,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     conv_export.add_argument("--format", choices=("md", "json"), required=True)
     conv_export.add_argument("--output", metavar="FILE", help="write here instead of stdout")
 
-    doctor = sub.add_parser("doctor", parents=[common], help="report backend, GPUs, memory, keyring, database")
+    doctor = sub.add_parser(
+        "doctor", parents=[common], help="report backend, GPUs, memory, keyring, database"
+    )
     doctor.add_argument("--json", action="store_true")
 
     gui = sub.add_parser("gui", parents=[common], help="open the window (the default)")
@@ -245,7 +249,11 @@ def _cancel_on_interrupt(cancel: Callable[[], None]) -> Callable[[], None]:
         cancel()
 
     previous = signal.signal(signal.SIGINT, handler)
-    return lambda: signal.signal(signal.SIGINT, previous)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, previous)
+
+    return restore
 
 
 def cmd_doctor(paths: HearthPaths, args: argparse.Namespace, out: TextIO) -> int:

@@ -113,8 +113,6 @@ class ConversationStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    # -- conversations -------------------------------------------------------------------------
-
     def create_conversation(
         self, title: str = DEFAULT_TITLE, system_prompt: str | None = None
     ) -> Conversation:
@@ -173,8 +171,6 @@ class ConversationStore:
         with self._db.session() as session:
             session.delete(self._row(session, conversation_id))
         self._db.checkpoint()
-
-    # -- messages ------------------------------------------------------------------------------
 
     def list_messages(self, conversation_id: int) -> list[Message]:
         with self._db.read_session() as session:
@@ -288,8 +284,6 @@ class ConversationStore:
                 self._touch(session, conversation_id, now)
             return len(conversation_ids)
 
-    # -- export --------------------------------------------------------------------------------
-
     def export_json(self, conversation_id: int) -> dict[str, Any]:
         """A JSON-ready dict, stable across releases of the same `version`:
 
@@ -355,8 +349,6 @@ class ConversationStore:
                 note = f"*[{m.status}]*" if not m.error else f"*[{m.status}: {m.error}]*"
                 lines += [note, ""]
         return "\n".join(lines).rstrip("\n") + "\n"
-
-    # -- helpers -------------------------------------------------------------------------------
 
     @staticmethod
     def _clean_title(title: str) -> str:

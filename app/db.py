@@ -29,7 +29,7 @@ BUSY_TIMEOUT_MS = 5000
 _BEGIN_OPTION = "hearth_begin"
 
 _FRIENDLY_ERRORS = {
-    sqlite3.SQLITE_FULL: "the disk is full; free up some space and Hearth will save again",
+    sqlite3.SQLITE_FULL: "the disk is full; free up some space",
     sqlite3.SQLITE_IOERR: "the disk reported a read or write error",
     sqlite3.SQLITE_BUSY: "the database is in use by another program (is Hearth already running?)",
     sqlite3.SQLITE_READONLY: "the database file is read-only",
@@ -118,7 +118,9 @@ class Database:
         # The first column is 1 when a reader kept the checkpoint from finishing.
         truncated = result is not None and result[0] == 0
         if not truncated:
-            log.warning("WAL checkpoint of %s was blocked by a reader; it will be truncated later", self.path)
+            log.warning(
+                "a reader blocked the WAL checkpoint of %s; deleted text stays until the next one", self.path
+            )
         return truncated
 
     def dispose(self) -> None:

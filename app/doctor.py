@@ -66,7 +66,8 @@ def collect_report(paths: HearthPaths) -> dict[str, Any]:
 
 def format_report(report: dict[str, Any]) -> str:
     lines = [
-        f"Hearth {report['version']} · Python {report['python']} · llama-cpp-python {report['llama_cpp_python']}",
+        f"Hearth {report['version']} · Python {report['python']}"
+        f" · llama-cpp-python {report['llama_cpp_python']}",
         f"Backend:   {report['backend']['name']} ({report['backend']['detail']})",
     ]
     if report["gpus"]:

@@ -35,6 +35,8 @@ log = logging.getLogger("hearth.engine")
 
 # The streaming reply is written to the database this often, so a crash loses at most this much text.
 FLUSH_INTERVAL_S = 0.3
+FINAL_WRITE_ATTEMPTS = 5
+FINAL_WRITE_BACKOFF_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -166,9 +168,22 @@ class ChatEngine:
             raise HearthError(f"Could not load '{model.name}': {exc.message}") from exc
         self._model = model
         self.library.mark_loaded(model.name)
+        self.library.clear_load_error(model.name)
         notify(self.status())
         log.info("loaded %s: %s (%.2f s)", model.name, plan.reason, loaded.load_seconds)
         return loaded
+
+    def model_to_autoload(self) -> tuple[str | None, str]:
+        """The model to load at start-up, or None and why not."""
+        models = self.library.list_models()
+        preferred = self.settings.default_model
+        candidates = [m for m in models if m.name == preferred] or models
+        if not candidates:
+            return None, "No models installed."
+        model = candidates[0]
+        if model.last_load_error:
+            return None, f"{model.name} was not loaded automatically: it crashed last time ({model.last_load_error})"
+        return model.name, ""
 
     def run_turn(
         self,
@@ -198,7 +213,13 @@ class ChatEngine:
                 self.ensure_loaded(model_name, callbacks)
             except HearthError as exc:
                 return TurnResult(
-                    conversation_id, user.id, None, "error", "", error_kind=ErrorKind.MODEL_INVALID, error=str(exc)
+                    conversation_id,
+                    user.id,
+                    None,
+                    "error",
+                    "",
+                    error_kind=ErrorKind.MODEL_INVALID,
+                    error=str(exc),
                 )
             model = self._model
             assert model is not None
@@ -247,11 +268,19 @@ class ChatEngine:
             return TurnResult(conversation_id, user_id, assistant_id, status, text, stats=stats)
         assert isinstance(outcome, Failed)
         status = "interrupted" if outcome.kind is ErrorKind.RUNNER_CRASHED else "error"
-        if outcome.kind is ErrorKind.RUNNER_CRASHED:
+        if outcome.kind is ErrorKind.RUNNER_CRASHED and self._model is not None:
+            # Remembered so the next start does not load it again on its own; a later good load clears it.
+            self.library.mark_load_error(self._model.name, outcome.message)
             self._model = None
         self._finish(assistant_id, text, status, error=outcome.message)
         return TurnResult(
-            conversation_id, user_id, assistant_id, status, text, error_kind=outcome.kind, error=outcome.message
+            conversation_id,
+            user_id,
+            assistant_id,
+            status,
+            text,
+            error_kind=outcome.kind,
+            error=outcome.message,
         )
 
     def _flush(self, assistant_id: int, parts: list[str]) -> None:
@@ -270,16 +299,28 @@ class ChatEngine:
         stats: GenerationStats | None = None,
         error: str | None = None,
     ) -> None:
-        kwargs: dict[str, object] = {}
-        if stats is not None:
-            kwargs = {
-                "prompt_tokens": stats.prompt_tokens,
-                "completion_tokens": stats.completion_tokens,
-                "ttft_ms": stats.time_to_first_token_s * 1000.0,
-                "tokens_per_second": stats.tokens_per_second,
-                "seed": stats.seed,
-            }
-        self.store.finish_message(assistant_id, content=text, status=status, error=error, **kwargs)  # type: ignore[arg-type]
+        """Write the reply's final state, retrying for a while: the disk may be full only for a moment."""
+        for attempt in range(FINAL_WRITE_ATTEMPTS):
+            try:
+                self.store.finish_message(
+                    assistant_id,
+                    content=text,
+                    status=status,
+                    error=error,
+                    prompt_tokens=stats.prompt_tokens if stats else None,
+                    completion_tokens=stats.completion_tokens if stats else None,
+                    ttft_ms=stats.time_to_first_token_s * 1000.0 if stats else None,
+                    tokens_per_second=stats.tokens_per_second if stats else None,
+                    seed=stats.seed if stats else None,
+                )
+                return
+            except DatabaseError as exc:
+                log.warning("could not save the finished reply (attempt %d): %s", attempt + 1, exc)
+                time.sleep(FINAL_WRITE_BACKOFF_S * (attempt + 1))
+        raise HearthError(
+            "The reply could not be saved (the database is not writable); it is still shown, and the part "
+            "saved while streaming is kept."
+        )
 
     def cancel(self) -> None:
         """Safe from any thread: sets the runner's cancel flag, checked between tokens."""

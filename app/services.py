@@ -15,7 +15,6 @@ from app.settings import Settings
 from inference.hardware import HardwareReport, probe_hardware
 
 
-
 @dataclass
 class AppServices:
     paths: HearthPaths

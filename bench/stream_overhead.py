@@ -13,7 +13,6 @@ Prints tokens/s early in the reply (tokens 2..201) and over the last 200 tokens,
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import statistics
 import sys
@@ -120,7 +119,12 @@ def app_path(model: Path, n_tokens: int, n_ctx: int, threads: int) -> Run:
         service.replyDelta.connect(on_delta)
         service.replyProgress.connect(on_progress)
         service.replyFinished.connect(lambda *_: loop.quit())
-        service.replyFailed.connect(lambda _id, _kind, message: (print(message), loop.quit()))
+
+        def on_failed(_message_id: int, _kind: str, message: str) -> None:
+            print(f"reply failed: {message}", file=sys.stderr)
+            loop.quit()
+
+        service.replyFailed.connect(on_failed)
         sampling = replace(engine.default_sampling(), temperature=0.0, max_tokens=n_tokens, ignore_eos=True)
         service.send(None, PROMPT, name, sampling=sampling)
         loop.exec()
@@ -150,7 +154,9 @@ def prompt_tokens_for(model: Path) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=2)

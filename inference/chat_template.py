@@ -24,7 +24,7 @@ import re
 import sys
 import time
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -41,6 +41,7 @@ from inference.protocol import ChatMessage
 FALLBACK_SOURCE: Final = "fallback:chatml"
 CHATML_STOP_STRINGS: Final = ("<|im_end|>", "<|im_start|>")
 MAX_TEMPLATE_CHARS: Final = 256 * 1024
+COMPILE_TIME_LIMIT_S: Final = 10.0
 
 # Widths, counts and indents this large are never needed to format a chat; they are how a template asks
 # Python for gigabytes in a single call. Same bound as Jinja's own MAX_RANGE.
@@ -97,7 +98,7 @@ def render_chat(
         return _fallback(
             messages,
             add_generation_prompt,
-            f"The model's chat template is {len(template) // 1024} KiB, "
+            f"The model's chat template is {-(-len(template) // 1024)} KiB, "
             f"over the {MAX_TEMPLATE_CHARS // 1024} KiB limit",
         )
     context = {
@@ -108,8 +109,8 @@ def render_chat(
     }
     try:
         text = _render_bounded(template, context, time_limit_s=time_limit_s, max_chars=max_output_chars)
-    except _RenderTimeout:
-        reason = f"it took longer than {time_limit_s:g} s"
+    except _RenderTimeout as exc:
+        reason = str(exc)
     except _OutputTooLarge:
         reason = f"its output exceeded {max_output_chars:,} characters"
     except _LimitExceeded as exc:
@@ -155,11 +156,16 @@ class _LimitExceeded(SecurityError):
 def _render_bounded(
     source: str, context: Mapping[str, object], *, time_limit_s: float, max_chars: int
 ) -> str:
-    deadline = time.monotonic() + time_limit_s
+    # Compiling gets its own, larger budget: Jinja needs about a second per 100 KiB of template (more under
+    # the tracer), it happens once per template (the result is cached) and usually at model load.
+    deadline, overrun = (
+        time.monotonic() + COMPILE_TIME_LIMIT_S,
+        f"compiling it took over {COMPILE_TIME_LIMIT_S:g} s",
+    )
 
     def tracer(frame: types.FrameType, event: str, arg: object) -> Any:
         if time.monotonic() > deadline:
-            raise _RenderTimeout
+            raise _RenderTimeout(overrun)
         return tracer
 
     chunks: list[str] = []
@@ -167,10 +173,12 @@ def _render_bounded(
     stream: Iterable[str] | None = None
     previous = sys.gettrace()
     # Only frames entered from here on are traced, so this loop itself runs at full speed; compiling is
-    # inside the deadline because Jinja's parser and Python's compiler both run on untrusted input.
+    # traced too because Jinja's parser and Python's compiler both run on untrusted input.
     sys.settrace(tracer)
     try:
-        stream = _compile(max_chars, source).generate(context)
+        template = _compile(max_chars, source)
+        deadline, overrun = time.monotonic() + time_limit_s, f"it took longer than {time_limit_s:g} s"
+        stream = template.generate(context)
         for chunk in stream:
             size += len(chunk)
             if size > max_chars:
@@ -359,6 +367,10 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
             self._check_format_widths(fmt)
             if "*" in fmt:
                 self._check_ints(arguments.get("args", ()), {})
+        elif name == "sum" and not isinstance(arguments.get("start", 0), int | float):
+            # sum() of lists copies the growing result once per item inside one C call: quadratic time
+            # that the trace deadline cannot interrupt.
+            raise _LimitExceeded("|sum is only allowed on numbers")
 
     # --- checks -------------------------------------------------------------------------------------
 
@@ -405,7 +417,7 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
                 total += 2 + 4 * len(item)
                 pending.extend(item.keys())
                 pending.extend(item.values())
-            elif isinstance(item, list | tuple | set | frozenset | types.MappingProxyType):
+            elif isinstance(item, Collection):  # lists, tuples, sets, dict views, ranges
                 total += 2 + 2 * len(item)
                 pending.extend(item)
             elif isinstance(item, int):

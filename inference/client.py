@@ -16,9 +16,9 @@ from inference.protocol import (
     Failed,
     Finished,
     GenerateRequest,
+    Loaded,
     LoadPlan,
     LoadRequest,
-    Loaded,
     TokenDelta,
 )
 from inference.runner import SHUTDOWN, runner_main
@@ -150,7 +150,7 @@ class RunnerClient:
             return reply
 
     def generate(self, request: GenerateRequest) -> Iterator[TokenDelta | Finished | Failed]:
-        """Yields deltas, then exactly one Finished or Failed. A runner that dies yields Failed(RUNNER_CRASHED)."""
+        """Yields deltas, then exactly one Finished or Failed; a runner that dies yields RUNNER_CRASHED."""
         with self._lock:
             if not self.alive or self._loaded is None:
                 yield Failed(request.request_id, ErrorKind.NOT_LOADED, "No model is loaded.")

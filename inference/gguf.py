@@ -180,8 +180,10 @@ MAX_KEY_BYTES: Final = 65535
 # Real models have well under a hundred metadata keys and a few thousand tensors; these caps bound the
 # per-entry Python objects a header can make us create, independent of how large the file is.
 MAX_KV_COUNT: Final = 1 << 16
-MAX_TENSOR_COUNT: Final = 1 << 20
+MAX_TENSOR_COUNT: Final = 1 << 17
 MAX_ARRAY_DEPTH: Final = 4
+# Keys are always kept, so they get their own bound; real models use a few kilobytes.
+_MAX_TOTAL_KEY_BYTES: Final = 16 << 20
 _MAX_INT64: Final = (1 << 63) - 1
 _READ_BLOCK: Final = 1 << 20
 # Approximate Python memory that retained metadata may use in total; values past it become summaries.
@@ -243,6 +245,9 @@ class GGUFTensorInfo:
 
 @dataclass(frozen=True, slots=True)
 class GGUFHeader:
+    """A validated header. Metadata values are int, float, bool, str or (nested) lists of those, with
+    ArraySummary / StringSummary standing in for values too large to keep."""
+
     version: int
     metadata: Mapping[str, object]
     tensors: tuple[GGUFTensorInfo, ...]
@@ -349,17 +354,21 @@ def parse_header(source: ByteSource, *, max_header_bytes: int = 512 * 1024 * 102
     _check_counts(reader, n_tensors, n_kv, file_size)
 
     budget = _Budget(_RETAIN_BUDGET)
+    key_bytes = 0
     metadata: dict[str, object] = {}
     alignment = DEFAULT_ALIGNMENT
     for index in range(n_kv):
         key = reader.string(MAX_KEY_BYTES, strict=True, what=f"metadata key #{index}")
         if not key:
             raise GGUFError(f"metadata key #{index} is empty")
+        key_bytes += len(key)
+        if key_bytes > _MAX_TOTAL_KEY_BYTES:
+            raise GGUFError(f"the metadata keys add up to more than {_size(_MAX_TOTAL_KEY_BYTES)}")
         if key in metadata:
             raise GGUFError(f"metadata key {_show(key)} appears twice")
         value_type = reader.u32()
         try:
-            value = _read_value(reader, value_type, budget, depth=0)
+            value = _read_value(reader, value_type, budget)
         except GGUFError as exc:
             raise GGUFError(f"metadata key {_show(key)}: {exc}") from None
         if key == "general.alignment":
@@ -405,7 +414,8 @@ class _Reader:
     def _short(self, n: int) -> NoReturn:
         if self.pos + n > self._file_size:
             raise GGUFError(
-                f"the file is truncated: {n} bytes needed at offset {self.pos}, {self._file_size} in file"
+                f"the file is truncated (needed {n} bytes at offset {self.pos}; "
+                f"the file is {self._file_size} bytes long)"
             )
         raise GGUFError(f"the GGUF header is larger than the {_size(self._max_header)} limit")
 
@@ -526,7 +536,7 @@ def _check_counts(reader: _Reader, n_tensors: int, n_kv: int, file_size: int) ->
         )
 
 
-def _read_value(reader: _Reader, value_type: int, budget: _Budget, depth: int) -> object:
+def _read_value(reader: _Reader, value_type: int, budget: _Budget) -> object:
     scalar = _SCALARS.get(value_type)
     if scalar is not None:
         value = reader.unpack(scalar)
@@ -538,11 +548,11 @@ def _read_value(reader: _Reader, value_type: int, budget: _Budget, depth: int) -
             return StringSummary(length)
         return reader.take(length).decode("utf-8", errors="replace")
     if value_type == GGUFValueType.ARRAY:
-        return _read_array(reader, budget, depth + 1)
+        return _read_array(reader, budget, depth=1, retain=True)
     raise GGUFError(f"unknown value type {value_type}")
 
 
-def _read_array(reader: _Reader, budget: _Budget, depth: int) -> list[object] | ArraySummary:
+def _read_array(reader: _Reader, budget: _Budget, *, depth: int, retain: bool) -> list[object] | ArraySummary:
     if depth > MAX_ARRAY_DEPTH:
         raise GGUFError(f"arrays are nested more than {MAX_ARRAY_DEPTH} deep")
     element_type = reader.u32()
@@ -555,7 +565,8 @@ def _read_array(reader: _Reader, budget: _Budget, depth: int) -> list[object] | 
             f"array claims {_count(length)} elements of at least {min_bytes} bytes but only "
             f"{reader.remaining()} bytes remain ({reader.describe_limit()})"
         )
-    keep = length <= MAX_KEPT_ARRAY_LENGTH and budget.take(length * _ELEMENT_COST)
+    # `retain` is False inside an array that is itself being summarized: validate, keep nothing.
+    keep = retain and length <= MAX_KEPT_ARRAY_LENGTH and budget.take(length * _ELEMENT_COST)
     scalar = _SCALARS.get(element_type)
     if scalar is not None:
         if not keep:
@@ -569,7 +580,7 @@ def _read_array(reader: _Reader, budget: _Budget, depth: int) -> list[object] | 
         return _read_string_array(reader, budget, length, keep)
     items: list[object] = []
     for _ in range(length):
-        item = _read_array(reader, budget, depth + 1)
+        item = _read_array(reader, budget, depth=depth + 1, retain=keep)
         if keep:
             items.append(item)
     return items if keep else ArraySummary(int(element_type), length)

@@ -11,10 +11,11 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inference.chat_template import render_chat, template_stop_strings
@@ -25,9 +26,9 @@ from inference.protocol import (
     Finished,
     GenerateRequest,
     GenerationStats,
+    Loaded,
     LoadPlan,
     LoadRequest,
-    Loaded,
     StopReason,
     TokenDelta,
 )
@@ -93,7 +94,7 @@ def _disable_llama_cpp_template_compilation() -> None:
     `Llama()` would otherwise compile every template found in the file with no size or time limit, and a
     template with a syntax error would make the whole model fail to load.
     """
-    from llama_cpp import llama as llama_module
+    from llama_cpp import llama_chat_format
 
     class _Unused:
         def __init__(self, **_: object) -> None:
@@ -102,7 +103,7 @@ def _disable_llama_cpp_template_compilation() -> None:
         def to_chat_handler(self) -> None:
             return None
 
-    llama_module.llama_chat_format.Jinja2ChatFormatter = _Unused  # type: ignore[misc, assignment]
+    llama_chat_format.Jinja2ChatFormatter = _Unused  # type: ignore[misc, assignment]
 
 
 def _classify_load_error(message: str) -> ErrorKind:
@@ -123,7 +124,7 @@ class Runner:
         if self._model is not None:
             self._model.llm.close()
             self._model = None
-        if not os.path.isfile(plan.model_path):
+        if not Path(plan.model_path).is_file():
             self._send(Failed("load", ErrorKind.MODEL_MISSING, f"Model file not found: {plan.model_path}"))
             return
         try:
@@ -150,7 +151,11 @@ class Runner:
             )
         except Exception as exc:
             message = str(exc) or type(exc).__name__
-            self._send(Failed("load", _classify_load_error(message), f"llama.cpp could not load the model: {message}"))
+            self._send(
+                Failed(
+                    "load", _classify_load_error(message), f"llama.cpp could not load the model: {message}"
+                )
+            )
             return
         model = llm._model
         vocab = llama_cpp.llama_model_get_vocab(model.model)
@@ -233,7 +238,7 @@ class Runner:
         last_flush = started
         produced = 0
         reason = StopReason.MAX_TOKENS if budget == sampling.max_tokens else StopReason.CONTEXT_FULL
-        generator: Iterator[int] = llm.generate(
+        generator: Generator[int, Any, None] = llm.generate(
             tokens,
             top_k=sampling.top_k,
             top_p=sampling.top_p,
@@ -284,7 +289,9 @@ class Runner:
                     completion_tokens=produced,
                     time_to_first_token_s=ttft,
                     # The first token's time is prompt processing; speed counts only the tokens after it.
-                    tokens_per_second=(produced - 1) / decode_time if produced > 1 and decode_time > 0 else 0.0,
+                    tokens_per_second=(produced - 1) / decode_time
+                    if produced > 1 and decode_time > 0
+                    else 0.0,
                     stop_reason=reason,
                     seed=seed,
                 ),

@@ -84,7 +84,7 @@ def test_chat_streams_stores_and_continues(starter_model: Path) -> None:
     assert out.strip()
     conversation_id = int(err.split("conversation ")[1].split()[0])
 
-    code, out2, err2 = run(
+    code, _, err2 = run(
         "chat", "--model", "SmolLM2-135M-Instruct-Q4_1", "--conversation", str(conversation_id),
         "--max-tokens", "16", "And of Italy?",
     )  # fmt: skip

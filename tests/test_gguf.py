@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import time
 import tracemalloc
@@ -14,6 +15,8 @@ from inference.gguf import (
     GGML_TYPES,
     MAX_KEPT_ARRAY_LENGTH,
     MAX_KEPT_STRING_BYTES,
+    MAX_KV_COUNT,
+    MAX_TENSOR_COUNT,
     ArraySummary,
     ByteSource,
     FileByteSource,
@@ -362,6 +365,19 @@ def test_counts_that_fit_alone_but_not_together() -> None:
     _rejects(header_bytes(2, 4) + b"\0" * room, "metadata entries and 2 tensors")
 
 
+def test_counts_above_the_sanity_caps_even_if_the_bytes_exist() -> None:
+    _rejects(
+        header_bytes(0, MAX_KV_COUNT + 1) + b"\0" * (14 * (MAX_KV_COUNT + 1)), "at most 65536 are accepted"
+    )
+    room = 33 * (MAX_TENSOR_COUNT + 1)
+    _rejects(header_bytes(MAX_TENSOR_COUNT + 1, 0) + b"\0" * room, f"at most {MAX_TENSOR_COUNT} are accepted")
+
+
+def test_keys_adding_up_to_more_than_16_mib() -> None:
+    entries = b"".join(kv_bytes(f"{i:05d}" + "k" * 60_000, 1) for i in range(300))
+    _rejects(header_bytes(0, 300) + entries, "keys add up to more than 16 MiB")
+
+
 def test_key_length_past_end_of_file() -> None:
     _rejects(header_bytes(0, 1) + string_bytes("abc", length=2**32) + b"\0" * 16, "has length 2\\^32")
 
@@ -494,3 +510,13 @@ def test_header_is_returned_intact_for_a_zero_tensor_file() -> None:
     header = parse_header(BytesSource(gguf_bytes({"only": "metadata"})))
     assert isinstance(header, GGUFHeader)
     assert header.metadata == {"only": "metadata"}
+
+
+@pytest.mark.parametrize("replacement", [0x00, 0x7F, 0x80, 0xFF])
+def test_any_single_corrupted_byte_is_accepted_or_a_gguf_error(replacement: int) -> None:
+    data = gguf_bytes({**LLAMA_METADATA, "nested": [[1, 2], [3]]}, SMALL_TENSORS, alignment=16)
+    for position in range(len(data)):
+        corrupted = bytearray(data)
+        corrupted[position] = replacement
+        with contextlib.suppress(GGUFError):
+            parse_header(BytesSource(bytes(corrupted)))

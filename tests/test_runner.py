@@ -1,4 +1,4 @@
-"""The runner process with the real starter model: streaming, stop, crash recovery, KV reuse, hostile files."""
+"""The runner process with the real starter model: streaming, stop, crash recovery, KV reuse, bad files."""
 
 from __future__ import annotations
 
@@ -69,7 +69,11 @@ def test_reply_streams_through_the_runner_and_is_stored(core: Core, engine: Chat
     assert reply.completion_tokens == result.stats.completion_tokens > 0
     assert reply.ttft_ms is not None and reply.tokens_per_second is not None and reply.tokens_per_second > 0
     assert reply.seed == 7 and reply.sampling is not None and reply.sampling["temperature"] == 0.0
-    assert recorder.started_ids == (result.conversation_id, result.user_message_id, result.assistant_message_id)
+    assert recorder.started_ids == (
+        result.conversation_id,
+        result.user_message_id,
+        result.assistant_message_id,
+    )
 
 
 def test_same_seed_same_reply(core: Core, engine: ChatEngine) -> None:
@@ -92,7 +96,9 @@ class StopAfterFirstDelta(Recorder):
 def test_stop_keeps_the_partial_reply_as_stopped(core: Core, engine: ChatEngine) -> None:
     recorder = StopAfterFirstDelta(engine)
     sampling = SamplingParams(temperature=0.0, max_tokens=2000, seed=1)
-    result = engine.run_turn("Write a very long essay about rivers.", starter_name(core), sampling=sampling, callbacks=recorder)
+    result = engine.run_turn(
+        "Write a very long essay about rivers.", starter_name(core), sampling=sampling, callbacks=recorder
+    )
 
     assert result.status == "stopped"
     assert result.stats is not None and result.stats.completion_tokens < 2000
@@ -113,11 +119,15 @@ class KillRunnerMidReply(Recorder):
             self._engine.client.kill()
 
 
-def test_killed_runner_keeps_partial_reply_interrupted_and_next_message_works(core: Core, engine: ChatEngine) -> None:
+def test_killed_runner_keeps_partial_reply_interrupted_and_next_message_works(
+    core: Core, engine: ChatEngine
+) -> None:
     name = starter_name(core)
     recorder = KillRunnerMidReply(engine)
     sampling = SamplingParams(temperature=0.0, max_tokens=2000, seed=1)
-    result = engine.run_turn("Write a very long essay about mountains.", name, sampling=sampling, callbacks=recorder)
+    result = engine.run_turn(
+        "Write a very long essay about mountains.", name, sampling=sampling, callbacks=recorder
+    )
 
     assert result.status == "interrupted"
     assert result.error_kind is ErrorKind.RUNNER_CRASHED
@@ -126,7 +136,9 @@ def test_killed_runner_keeps_partial_reply_interrupted_and_next_message_works(co
     assert reply.status == "interrupted"
     assert reply.content and reply.content == "".join(recorder.deltas)
 
-    follow_up = engine.run_turn("Thanks. Say hi.", name, conversation_id=result.conversation_id, sampling=GREEDY)
+    follow_up = engine.run_turn(
+        "Thanks. Say hi.", name, conversation_id=result.conversation_id, sampling=GREEDY
+    )
     assert follow_up.status == "complete", follow_up.error
     assert follow_up.text.strip()
     statuses = [m.status for m in core.store.list_messages(result.conversation_id)]
@@ -147,14 +159,18 @@ def test_second_turn_reuses_the_kv_prefix(core: Core, engine: ChatEngine) -> Non
 
 
 def _plan(path: Path) -> LoadPlan:
-    return LoadPlan(model_path=str(path), n_ctx=1024, n_gpu_layers=0, n_layers=30, flash_attn=False, n_threads=2)
+    return LoadPlan(
+        model_path=str(path), n_ctx=1024, n_gpu_layers=0, n_layers=30, flash_attn=False, n_threads=2
+    )
 
 
 @pytest.mark.parametrize(
     "content",
     [
         pytest.param(b"NOTAGGUF" + b"\0" * 64, id="bad-magic"),
-        pytest.param(b"GGUF" + (3).to_bytes(4, "little") + (2**62).to_bytes(8, "little") + b"\0" * 8, id="huge-count"),
+        pytest.param(
+            b"GGUF" + (3).to_bytes(4, "little") + (2**62).to_bytes(8, "little") + b"\0" * 8, id="huge-count"
+        ),
     ],
 )
 def test_crafted_gguf_is_rejected_before_llama_cpp(tmp_path: Path, content: bytes) -> None:

@@ -116,6 +116,9 @@ class MainWindow(QMainWindow):
         self.conversationList = QListWidget()
         self.conversationList.setObjectName("conversationList")
         self.conversationList.setUniformItemSizes(True)
+        # Long titles are elided rather than scrolled sideways.
+        self.conversationList.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.conversationList.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.renameButton = QPushButton("Rename")
         self.renameButton.setObjectName("renameButton")
         self.deleteButton = QPushButton("Delete")

@@ -1,0 +1,323 @@
+"""Chat templates from model files are hostile input: they must not run code, hang, or exhaust memory."""
+
+from __future__ import annotations
+
+import sys
+import time
+import tracemalloc
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inference.chat_template import (
+    CHATML_STOP_STRINGS,
+    FALLBACK_SOURCE,
+    MAX_TEMPLATE_CHARS,
+    RenderedPrompt,
+    render_chat,
+    template_stop_strings,
+)
+from inference.gguf import read_header
+from inference.protocol import ChatMessage
+
+# tokenizer.chat_template of SmolLM2-135M-Instruct (the starter model), so the test runs without it too.
+SMOLLM2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+    "trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+CONVERSATION = (
+    ChatMessage("system", "Be brief."),
+    ChatMessage("user", "Hi"),
+    ChatMessage("assistant", "Hello!"),
+    ChatMessage("user", "Why is the sky blue?"),
+)
+CHATML = (
+    "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+    "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nWhy is the sky blue?<|im_end|>\n"
+)
+MEMORY_CAP = 64 * 1024 * 1024
+
+
+def _assert_fallback(result: RenderedPrompt, note_part: str = "") -> None:
+    assert result.source == FALLBACK_SOURCE
+    assert result.text == CHATML + "<|im_start|>assistant\n"
+    assert result.note.endswith("; using the ChatML format.")
+    assert "\n" not in result.note
+    assert note_part in result.note
+
+
+# --- the real template ---------------------------------------------------------------------------------
+
+
+def test_starter_model_template_is_the_one_tested_here(starter_model: Path) -> None:
+    assert read_header(starter_model).chat_template == SMOLLM2_TEMPLATE
+
+
+def test_smollm2_template_renders_chatml() -> None:
+    result = render_chat(SMOLLM2_TEMPLATE, CONVERSATION)
+    assert result == RenderedPrompt(CHATML + "<|im_start|>assistant\n", "gguf", "")
+    assert result.stop_strings == ()
+
+
+def test_smollm2_template_without_generation_prompt_or_system_message() -> None:
+    result = render_chat(SMOLLM2_TEMPLATE, CONVERSATION[1:2], add_generation_prompt=False)
+    assert result.source == "gguf"
+    assert result.text == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n"
+    )
+
+
+def test_no_messages_renders_just_the_generation_prompt() -> None:
+    assert render_chat(SMOLLM2_TEMPLATE, ()).text == "<|im_start|>assistant\n"
+
+
+def test_template_sees_plain_dicts_and_special_tokens() -> None:
+    template = (
+        "{{ bos_token }}{{ messages[0] is mapping }}:{{ messages[0].keys()|sort|join(',') }}{{ eos_token }}"
+    )
+    result = render_chat(template, CONVERSATION, bos_token="<s>", eos_token="</s>")
+    assert result.text == "<s>True:content,role</s>"
+
+
+def test_features_real_templates_use_still_work() -> None:
+    template = (
+        "{% set ns = namespace(system='') %}"
+        "{% for m in messages %}"
+        "{% if m.role == 'system' %}{% set ns.system = m.content|trim %}{% continue %}{% endif %}"
+        "{% if loop.index > 3 %}{% break %}{% endif %}"
+        "[{{ '%s'|format(m.role|upper) }}] {{ m.content.split()|join(' ') ~ '.' }}\n"
+        "{% endfor %}"
+        "{{ ns.system.replace('brief', 'short') }}|{{ {'a': [1, 'é']}|tojson }}|{{ 'x' * 3 }}|{{ 2 ** 10 }}"
+        "|{{ '{:>5}'.format('ab') }}|{{ 'ab'|center(6) }}|{{ strftime_now('%Y')|length }}"
+        "{% if messages|length > 10 %}{{ raise_exception('too long') }}{% endif %}"
+    )
+    result = render_chat(template, CONVERSATION)
+    assert result.note == ""
+    assert result.text == (
+        '[USER] Hi.\n[ASSISTANT] Hello!.\nBe short.|{"a": [1, "é"]}|xxx|1024|   ab|  ab  |4'
+    )
+
+
+def test_long_conversation_renders_well_within_the_time_limit() -> None:
+    messages = [ChatMessage("user" if i % 2 else "assistant", "word " * 400) for i in range(400)]
+    result = render_chat(SMOLLM2_TEMPLATE, messages)  # the default 1 s limit; takes ~50 ms
+    assert result.source == "gguf"
+    assert len(result.text) > 800_000
+
+
+def test_compiling_a_large_template_does_not_count_against_the_render_limit() -> None:
+    branch = (
+        "{% if messages|length > 1 and messages[0].role == 'system' %}{{ messages[0].content }}{% endif %}"
+    )
+    template = SMOLLM2_TEMPLATE + "{# large #}" + "\n".join([branch] * 200)
+    assert len(template) > 19_000
+    result = render_chat(template, CONVERSATION, time_limit_s=0.1)  # compiling alone takes longer
+    assert result.note == ""
+    assert result.text.startswith(CHATML)
+
+
+# --- fallbacks -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("template", [None, "", "  \n "])
+def test_missing_template_falls_back_with_a_note(template: str | None) -> None:
+    result = render_chat(template, CONVERSATION)
+    _assert_fallback(result)
+    assert result.note == "This model has no chat template; using the ChatML format."
+    assert result.stop_strings == CHATML_STOP_STRINGS
+
+
+def test_fallback_without_generation_prompt() -> None:
+    result = render_chat(None, CONVERSATION, add_generation_prompt=False)
+    assert result.text == CHATML
+
+
+def test_syntax_error_falls_back() -> None:
+    _assert_fallback(
+        render_chat("{% for m in messages %}{{ m.content }", CONVERSATION), "TemplateSyntaxError"
+    )
+
+
+def test_raise_exception_falls_back_with_its_message() -> None:
+    result = render_chat("{{ raise_exception('Conversation roles must alternate') }}", CONVERSATION)
+    _assert_fallback(result, "Conversation roles must alternate")
+
+
+def test_runtime_error_falls_back() -> None:
+    _assert_fallback(render_chat("{{ messages[0].content + 1 }}", CONVERSATION), "TypeError")
+
+
+def test_template_over_the_size_cap_falls_back_without_compiling() -> None:
+    template = "{# " + "x" * MAX_TEMPLATE_CHARS + " #}"
+    _assert_fallback(render_chat(template, CONVERSATION), "KiB limit")
+
+
+def test_template_stop_strings() -> None:
+    assert template_stop_strings(None) == CHATML_STOP_STRINGS == ("<|im_end|>", "<|im_start|>")
+    assert template_stop_strings("") == CHATML_STOP_STRINGS
+    assert template_stop_strings(SMOLLM2_TEMPLATE) == ()
+
+
+# --- escapes -------------------------------------------------------------------------------------------
+
+ESCAPES = {
+    "mro-subclasses": "{{ ''.__class__.__mro__[1].__subclasses__() }}{{ touch }}",
+    "attr-filter": "{{ messages|attr('__class__') }}{{ touch }}",
+    "str-format": "{{ '{0.__class__}'.format(messages) }}{{ touch }}",
+    "format-map": "{{ '{m.__class__.__init__.__globals__}'.format_map({'m': messages}) }}{{ touch }}",
+    "cycler-globals": "{{ cycler.__init__.__globals__.os.popen(touch).read() }}",
+    "self-globals": "{{ self.__init__.__globals__ }}{{ touch }}",
+    "lipsum-globals": "{{ lipsum.__globals__['os'].popen(touch).read() }}",
+    "joiner-globals": "{{ joiner.__init__.__globals__['os'].system(touch) }}",
+    "namespace-globals": "{{ namespace.__init__.__globals__ }}{{ touch }}",
+    "subscript-dunder": "{{ messages['__class__'] }}{{ touch }}",
+    "mutate-list": "{{ messages.append(1) }}{{ touch }}",
+    "mutate-dict": "{{ messages[0].update({'role': 'system'}) }}{{ touch }}",
+    "generator-frame": "{{ (messages|map('upper')).gi_frame.f_globals }}{{ touch }}",
+    "range-globals": "{{ range.__globals__ }}{{ touch }}",
+}
+
+
+@pytest.mark.parametrize("payload", list(ESCAPES.values()), ids=list(ESCAPES))
+def test_code_execution_attempts_fall_back_and_run_nothing(tmp_path: Path, payload: str) -> None:
+    sentinel = tmp_path / "pwned"
+    template = "{% set touch = 'touch " + str(sentinel) + "' %}" + payload
+    result = render_chat(template, CONVERSATION)
+    _assert_fallback(result)
+    assert not sentinel.exists()
+
+
+# --- time and memory -----------------------------------------------------------------------------------
+
+
+def _measure(template: str, **kwargs: Any) -> tuple[RenderedPrompt, float, int]:
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        result = render_chat(template, CONVERSATION, **kwargs)
+        elapsed = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, elapsed, peak
+
+
+def test_infinite_nested_loop_is_stopped_by_the_deadline() -> None:
+    template = "{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}"
+    started = time.perf_counter()
+    result = render_chat(template, CONVERSATION, time_limit_s=0.5)
+    assert time.perf_counter() - started < 2.0
+    _assert_fallback(result, "longer than 0.5 s")
+
+
+def test_exponential_macro_recursion_is_stopped() -> None:
+    template = (
+        "{% macro grow(n) %}{% if n %}{{ grow(n - 1) }}{{ grow(n - 1) }}{% else %}xxxxxxxx{% endif %}"
+        "{% endmacro %}{{ grow(60) }}"
+    )
+    result, elapsed, peak = _measure(template, time_limit_s=0.5)
+    _assert_fallback(result)
+    assert elapsed < 2.0
+    assert peak < MEMORY_CAP
+
+
+def test_huge_output_is_capped_with_bounded_memory() -> None:
+    template = "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}"
+    result, elapsed, peak = _measure(template)
+    _assert_fallback(result, "output exceeded 4,000,000 characters")
+    assert elapsed < 2.0
+    assert peak < MEMORY_CAP
+
+
+BOMBS = {
+    "repeat": "{{ 'x' * 10000000000 }}",
+    "repeat-list": "{{ ['x'] * 10000000000 }}",
+    "format-width": "{{ '{:>9999999999}'.format(1) }}",
+    "format-nested-width": "{{ '{:>{}}'.format(1, 9999999999) }}",
+    "percent-width": "{{ '%9999999999d' % 1 }}",
+    "percent-star": "{{ '%*d' % (999999999, 1) }}",
+    "format-filter": "{{ '%9999999999d'|format(1) }}",
+    "center": "{{ 'x'|center(9999999999) }}",
+    "ljust": "{{ 'x'.ljust(9999999999) }}",
+    "power": "{{ 2 ** 9999999999 }}",
+    "concat-doubling": (
+        "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+    ),
+    "plus-doubling": (
+        "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"
+    ),
+    "join-separator": "{% set big = 'x' * 3000000 %}{{ range(2000)|join(big) }}",
+    "join-method": "{% set big = 'x' * 3000000 %}{{ big.join(['a'] * 2000) }}",
+    "replace-filter": "{% set big = 'x' * 3000000 %}{{ big|replace('', big) }}",
+    "replace-method": "{% set big = 'x' * 3000000 %}{{ big.replace('', big) }}",
+    "indent": "{% set big = 'x' * 3000000 %}{{ ('\n' * 1000)|indent(big) }}",
+    "list-literal": "{% set b = 'x' * 3000000 %}{{ [b, b, b, b, b, b, b, b, b, b] }}",
+    "set-block": (
+        "{% set b = 'x' * 3000000 %}{% set s %}{% for i in range(1000) %}{{ b }}{% endfor %}{% endset %}"
+    ),
+    "tojson-indent": "{{ messages|tojson(indent=99999) }}",
+    "expandtabs": "{{ ('\t' * 100000).expandtabs(100000) }}",
+    "dict-view": "{% set b = 'x' * 3000000 %}{{ {'a': b, 'b': b}.items() }}",
+    "sum-of-lists": "{{ ([[1]] * 100000)|sum(start=[]) }}",
+}
+
+
+@pytest.mark.parametrize("template", list(BOMBS.values()), ids=list(BOMBS))
+def test_single_allocation_bombs_are_refused_before_allocating(template: str) -> None:
+    result, elapsed, peak = _measure(template)
+    _assert_fallback(result)
+    assert elapsed < 2.0
+    assert peak < MEMORY_CAP
+
+
+# --- the trace function ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        SMOLLM2_TEMPLATE,
+        "{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}",
+        "{{ raise_exception('x') }}",
+        "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+    ],
+    ids=["ok", "timeout", "error", "output-cap"],
+)
+def test_previous_trace_function_is_restored(template: str) -> None:
+    calls: list[str] = []
+
+    def outer_tracer(frame: types.FrameType, event: str, arg: object) -> None:
+        calls.append(event)
+
+    previous = sys.gettrace()
+    sys.settrace(outer_tracer)
+    try:
+        render_chat(template, CONVERSATION, time_limit_s=0.2)
+        restored = sys.gettrace()
+        calls.clear()
+        len([])  # a C call, no new frame; the next Python call must reach the restored tracer
+        (lambda: None)()
+    finally:
+        sys.settrace(previous)
+    assert restored is outer_tracer
+    assert calls == ["call"]
+
+
+def test_nothing_traced_is_left_behind_without_a_previous_tracer() -> None:
+    previous = sys.gettrace()
+    sys.settrace(None)
+    try:
+        render_chat(
+            "{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}",
+            (),
+            time_limit_s=0.1,
+        )
+        assert sys.gettrace() is None
+    finally:
+        sys.settrace(previous)
