@@ -73,14 +73,6 @@ class RenderedPrompt:
         return CHATML_STOP_STRINGS if self.source == FALLBACK_SOURCE else ()
 
 
-def template_stop_strings(template: str | None) -> tuple[str, ...]:
-    """Turn-ending strings for a prompt rendered with `template`; pass None when the ChatML fallback was used.
-
-    Prefer `RenderedPrompt.stop_strings`: a template can fail at render time and fall back too.
-    """
-    return CHATML_STOP_STRINGS if template is None or not template.strip() else ()
-
-
 def render_chat(
     template: str | None,
     messages: Sequence[ChatMessage],

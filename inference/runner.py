@@ -18,7 +18,7 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inference.chat_template import render_chat, template_stop_strings
+from inference.chat_template import render_chat
 from inference.gguf import GGUFError, read_header
 from inference.protocol import (
     ErrorKind,
@@ -210,7 +210,7 @@ class Runner:
             )
             return
         cached = _common_prefix(llm, tokens)
-        stops = request.extra_stop + (template_stop_strings(None) if rendered.source != "gguf" else ())
+        stops = request.extra_stop + rendered.stop_strings
         self._stream(model, request, tokens, cached, stops)
 
     def _stream(

@@ -17,7 +17,6 @@ from inference.chat_template import (
     MAX_TEMPLATE_CHARS,
     RenderedPrompt,
     render_chat,
-    template_stop_strings,
 )
 from inference.gguf import read_header
 from inference.protocol import ChatMessage
@@ -158,10 +157,11 @@ def test_template_over_the_size_cap_falls_back_without_compiling() -> None:
     _assert_fallback(render_chat(template, CONVERSATION), "KiB limit")
 
 
-def test_template_stop_strings() -> None:
-    assert template_stop_strings(None) == CHATML_STOP_STRINGS == ("<|im_end|>", "<|im_start|>")
-    assert template_stop_strings("") == CHATML_STOP_STRINGS
-    assert template_stop_strings(SMOLLM2_TEMPLATE) == ()
+def test_stop_strings_follow_the_format_actually_used() -> None:
+    assert CHATML_STOP_STRINGS == ("<|im_end|>", "<|im_start|>")
+    assert render_chat(None, CONVERSATION).stop_strings == CHATML_STOP_STRINGS
+    assert render_chat("{{ raise_exception('no') }}", CONVERSATION).stop_strings == CHATML_STOP_STRINGS
+    assert render_chat(SMOLLM2_TEMPLATE, CONVERSATION).stop_strings == ()
 
 
 # --- escapes -------------------------------------------------------------------------------------------
