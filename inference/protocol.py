@@ -89,6 +89,14 @@ class Loaded:
 
 
 @dataclass(frozen=True)
+class PromptReady:
+    """The prompt is rendered and tokenized: template code from the model file is done running."""
+
+    request_id: str
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
 class TokenDelta:
     request_id: str
     text: str

@@ -29,6 +29,7 @@ from inference.protocol import (
     Loaded,
     LoadPlan,
     LoadRequest,
+    PromptReady,
     StopReason,
     TokenDelta,
 )
@@ -198,6 +199,7 @@ class Runner:
         add_bos = model.add_bos and not (model.bos_text and prompt.startswith(model.bos_text))
         # special=True: the rendered template contains the model's control tokens as text.
         tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+        self._send(PromptReady(request.request_id, len(tokens)))
         n_ctx = llm.n_ctx()
         if len(tokens) >= n_ctx:
             self._send(

@@ -239,3 +239,26 @@ def test_stop_window_releases_held_text_at_the_end() -> None:
     window = StopWindow(("STOP",))
     out = [window.push(p)[0] for p in ["ab", "S", "T"]]
     assert "".join(out) + window.flush() == "abST"
+
+
+def test_runner_that_does_not_finish_the_prompt_in_time_is_stopped(
+    tmp_path: Path, starter_model: Path
+) -> None:
+    from inference.protocol import ChatMessage, Failed, GenerateRequest
+
+    # The sandbox ends this loop after its own time limit (1 s); a watchdog shorter than that stands in for
+    # a template stuck in C code, which the sandbox could not interrupt.
+    looping = "{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}"
+    model = with_chat_template(starter_model, tmp_path / "looping.gguf", looping)
+    client = RunnerClient(tmp_path / "runner.log", prompt_timeout_s=0.3)
+    try:
+        client.load(_plan(model))
+        events = list(client.generate(GenerateRequest("r1", (ChatMessage("user", "Hello"),), GREEDY)))
+        assert len(events) == 1 and isinstance(events[0], Failed)
+        assert events[0].kind is ErrorKind.RUNNER_CRASHED
+        assert "chat template may loop" in events[0].message
+        assert not client.alive
+        client.load(_plan(starter_model))  # the next message starts a fresh runner
+        assert client.alive
+    finally:
+        client.close()
