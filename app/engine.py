@@ -182,7 +182,8 @@ class ChatEngine:
             return None, "No models installed."
         model = candidates[0]
         if model.last_load_error:
-            return None, f"{model.name} was not loaded automatically: it crashed last time ({model.last_load_error})"
+            why = f"it crashed last time ({model.last_load_error})"
+            return None, f"{model.name} was not loaded automatically: {why}"
         return model.name, ""
 
     def run_turn(

@@ -173,8 +173,8 @@ class RunnerClient:
                         self.kill()
                         self._reap()
                         message = (
-                            f"Preparing the prompt took longer than {self._prompt_timeout_s:g} s (the model's "
-                            "chat template may loop forever); the model runner was stopped."
+                            f"Preparing the prompt took longer than {self._prompt_timeout_s:g} s (the "
+                            "model's chat template may loop forever); the model runner was stopped."
                         )
                     yield Failed(request.request_id, exc.kind, message)
                     return
