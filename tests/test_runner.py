@@ -135,12 +135,18 @@ def test_killed_runner_keeps_partial_reply_interrupted_and_next_message_works(
     reply = core.store.list_messages(result.conversation_id)[-1]
     assert reply.status == "interrupted"
     assert reply.content and reply.content == "".join(recorder.deltas)
+    # Until it works again, the model that took the runner down is not loaded on its own at the next start.
+    assert core.library.get(name).last_load_error
+    assert engine.model_to_autoload()[0] is None
+    assert "crashed last time" in engine.model_to_autoload()[1]
 
     follow_up = engine.run_turn(
         "Thanks. Say hi.", name, conversation_id=result.conversation_id, sampling=GREEDY
     )
     assert follow_up.status == "complete", follow_up.error
     assert follow_up.text.strip()
+    assert core.library.get(name).last_load_error is None
+    assert engine.model_to_autoload() == (name, "")
     statuses = [m.status for m in core.store.list_messages(result.conversation_id)]
     assert statuses == ["complete", "interrupted", "complete", "complete"]
 
