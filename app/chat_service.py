@@ -119,12 +119,10 @@ class ChatService(QObject):
 
     def _report(self, result: TurnResult) -> None:
         if result.stats is not None and result.status in ("complete", "stopped"):
-            assert result.assistant_message_id is not None
             self.replyFinished.emit(result.assistant_message_id, result.stats, result.status)
         else:
             kind = result.error_kind.value if result.error_kind else "internal"
-            message_id = result.assistant_message_id if result.assistant_message_id is not None else -1
-            self.replyFailed.emit(message_id, kind, result.error or "The reply failed.")
+            self.replyFailed.emit(result.assistant_message_id, kind, result.error or "The reply failed.")
             self.modelStatus.emit(self._engine.status())
 
     def _set_busy(self, busy: bool) -> None:

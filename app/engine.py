@@ -52,7 +52,7 @@ class ModelStatus:
 class TurnResult:
     conversation_id: int
     user_message_id: int
-    assistant_message_id: int | None
+    assistant_message_id: int
     status: str  # complete | stopped | error | interrupted
     text: str
     stats: GenerationStats | None = None
@@ -198,32 +198,26 @@ class ChatEngine:
     ) -> TurnResult:
         """Store the user's message, stream the reply into the database and return how it ended.
 
-        Raises HearthError only before anything was stored (unknown conversation or model).
+        Raises HearthError, with nothing stored, when the conversation or the model is unusable: the caller
+        still holds the prompt (the GUI puts it back in the composer), so a retry cannot duplicate it.
         """
         callbacks = callbacks or TurnCallbacks()
         sampling = sampling or self.default_sampling()
         with self._busy:
-            if conversation_id is None:
+            # A Stop pressed from here on, even while the model loads, ends this turn.
+            self._client.reset_cancel()
+            existing = self.store.get_conversation(conversation_id) if conversation_id is not None else None
+            self.ensure_loaded(model_name, callbacks)
+            model = self._model
+            assert model is not None
+            if existing is None:
                 conversation = self.store.create_conversation(system_prompt=system_prompt)
                 conversation_id = conversation.id
             else:
-                conversation = self.store.get_conversation(conversation_id)
+                conversation = existing
+                conversation_id = existing.id
             user = self.store.add_message(conversation_id, "user", prompt)
             self.store.auto_title(conversation_id, prompt)
-            try:
-                self.ensure_loaded(model_name, callbacks)
-            except HearthError as exc:
-                return TurnResult(
-                    conversation_id,
-                    user.id,
-                    None,
-                    "error",
-                    "",
-                    error_kind=ErrorKind.MODEL_INVALID,
-                    error=str(exc),
-                )
-            model = self._model
-            assert model is not None
             self.store.set_conversation_model(conversation_id, model.name)
             history = self.store.list_messages(conversation_id)
             system = conversation.system_prompt if system_prompt is None else system_prompt

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -12,7 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from sqlalchemy import func, select
@@ -46,6 +47,16 @@ Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
+class ModelPart:
+    """One file of a split GGUF (`name-00001-of-00003.gguf`); llama.cpp finds the others next to the first."""
+
+    filename: str  # path inside the Hub repo
+    path: Path
+    size_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
 class InstalledModel:
     id: int
     name: str
@@ -60,6 +71,22 @@ class InstalledModel:
     added_at: datetime
     last_load_error: str | None
     last_loaded_at: datetime | None
+    # From the Hub: the repo, the commit the file was pinned to and its path in the repo (the first part's,
+    # if split). None for imported and starter models.
+    repo_id: str | None = None
+    revision: str | None = None
+    filename: str | None = None
+    # Every part of a split GGUF, the first included; empty for a single file. `path`, `sha256` and
+    # `size_bytes` above describe the first part, the file llama.cpp is given.
+    parts: tuple[ModelPart, ...] = ()
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return tuple(p.path for p in self.parts) if self.parts else (self.path,)
+
+    @property
+    def total_size_bytes(self) -> int:
+        return sum(p.size_bytes for p in self.parts) if self.parts else self.size_bytes
 
 
 def sha256_file(path: Path, progress: Progress | None = None) -> str:
@@ -80,6 +107,28 @@ def _write_chunk(target: BinaryIO, data: bytes) -> None:
     target.write(data)
 
 
+def _parts(row: ModelRow) -> tuple[ModelPart, ...]:
+    if not row.parts_json:
+        return ()
+    first = Path(row.path)
+    return tuple(
+        ModelPart(
+            filename=part["filename"],
+            # Split parts share a folder: the repo's split naming only differs in the part number.
+            path=first.with_name(PurePosixPath(part["filename"]).name),
+            size_bytes=int(part["size"]),
+            sha256=str(part["sha256"]),
+        )
+        for part in json.loads(row.parts_json)
+    )
+
+
+def _parts_json(parts: tuple[ModelPart, ...]) -> str | None:
+    if not parts:
+        return None
+    return json.dumps([{"filename": p.filename, "size": p.size_bytes, "sha256": p.sha256} for p in parts])
+
+
 def _model(row: ModelRow) -> InstalledModel:
     return InstalledModel(
         id=row.id,
@@ -95,10 +144,14 @@ def _model(row: ModelRow) -> InstalledModel:
         added_at=row.added_at,
         last_load_error=row.last_load_error,
         last_loaded_at=row.last_loaded_at,
+        repo_id=row.repo_id,
+        revision=row.revision,
+        filename=row.filename,
+        parts=_parts(row),
     )
 
 
-def _checked_name(name: str) -> str:
+def check_model_name(name: str) -> str:
     name = name.strip()
     if (
         len(name) > MAX_NAME_CHARS
@@ -197,7 +250,7 @@ class ModelLibrary:
         """
         source = Path(path).expanduser().resolve()
         header = _valid_header(source)
-        name = _checked_name(source.stem if name is None else name)
+        name = check_model_name(source.stem if name is None else name)
 
         # Only a model of exactly this size can be the same file; hashing first then avoids a second copy.
         size = source.stat().st_size
@@ -240,7 +293,7 @@ class ModelLibrary:
         Raises InvalidModelFile when the header is unusable or the SHA-256 differs from the expected one.
         """
         path = Path(path).expanduser().resolve()
-        name = _checked_name(name)
+        name = check_model_name(name)
         expected = expected_sha256.lower() if expected_sha256 is not None else None
         with self._db.read_session() as session:
             row = self._find(session, name)
@@ -307,14 +360,71 @@ class ModelLibrary:
         )
 
     def verify(self, name: str, progress: Progress | None = None) -> bool:
-        """Re-hash the model's file; False when it is missing or its content changed."""
+        """Re-hash the model's file (every part, if split); False when one is missing or changed."""
         model = self.get(name)
+        expected = (
+            [(p.path, p.size_bytes, p.sha256) for p in model.parts]
+            if model.parts
+            else [(model.path, model.size_bytes, model.sha256)]
+        )
+        total = sum(size for _, size, _ in expected)
+        done = 0
+
+        def overall(part_done: int, _part_total: int) -> None:
+            if progress is not None:
+                progress(done + part_done, total)
+
         try:
-            if model.path.stat().st_size != model.size_bytes:
-                return False
-            return sha256_file(model.path, progress) == model.sha256
+            for path, size, sha256 in expected:
+                if path.stat().st_size != size or sha256_file(path, overall) != sha256:
+                    return False
+                done += size
         except OSError:
             return False
+        return True
+
+    def find_hub_file(self, repo_id: str, filename: str) -> InstalledModel | None:
+        """The installed model downloaded from this repo file (any commit), if there is one."""
+        with self._db.read_session() as session:
+            row = session.scalar(
+                select(ModelRow).where(ModelRow.repo_id == repo_id, ModelRow.filename == filename)
+            )
+            return _model(row) if row is not None else None
+
+    def register_download(
+        self,
+        path: Path,
+        *,
+        name: str,
+        sha256: str,
+        repo_id: str,
+        revision: str,
+        filename: str,
+        parts: tuple[ModelPart, ...] = (),
+    ) -> InstalledModel:
+        """Register a file downloaded into the models folder, hashed while it was downloaded.
+
+        Raises InvalidModelFile for an unusable header (the caller removes the file) and HearthError when
+        the name is taken.
+        """
+        path = Path(path).resolve()
+        name = check_model_name(name)
+        header = _valid_header(path)
+        with self._db.read_session() as session:
+            if self._find(session, name) is not None:
+                raise HearthError(f"A different model named {name!r} is already installed.")
+        return self._insert(
+            name,
+            path,
+            sha256,
+            path.stat().st_size,
+            f"hub:{repo_id}@{revision}/{filename}",
+            header,
+            repo_id=repo_id,
+            revision=revision,
+            filename=filename,
+            parts=parts,
+        )
 
     def remove(self, name: str, delete_file: bool) -> bool:
         """Forget a model. Its file is deleted only if asked and only if it lies inside the models folder.
@@ -323,15 +433,16 @@ class ModelLibrary:
         """
         with self._db.session() as session:
             row = self._row(session, name)
-            path = Path(row.path)
+            files = _model(row).files
             session.delete(row)
             session.flush()
-            # The file goes before the commit: if it cannot be deleted, the entry stays too.
-            if delete_file and path.resolve().is_relative_to(self.models_dir.resolve()):
-                try:
-                    path.unlink(missing_ok=True)
-                except OSError as exc:
-                    raise HearthError(f"Could not delete {path}: {exc.strerror or exc}.") from exc
+            # The files go before the commit: if one cannot be deleted, the entry stays too.
+            if delete_file and files[0].resolve().is_relative_to(self.models_dir.resolve()):
+                for path in files:
+                    try:
+                        path.unlink(missing_ok=True)
+                    except OSError as exc:
+                        raise HearthError(f"Could not delete {path}: {exc.strerror or exc}.") from exc
                 return True
         return False
 
@@ -363,7 +474,18 @@ class ModelLibrary:
         raise ModelNotFound(f"No installed model is named {name!r}. Installed models: {installed}.")
 
     def _insert(
-        self, name: str, path: Path, sha256: str, size: int, source: str, header: GGUFHeader
+        self,
+        name: str,
+        path: Path,
+        sha256: str,
+        size: int,
+        source: str,
+        header: GGUFHeader,
+        *,
+        repo_id: str | None = None,
+        revision: str | None = None,
+        filename: str | None = None,
+        parts: tuple[ModelPart, ...] = (),
     ) -> InstalledModel:
         row = ModelRow(
             name=name,
@@ -376,6 +498,10 @@ class ModelLibrary:
             context_length=header.context_length,
             n_layers=header.block_count,
             added_at=datetime.now(UTC),
+            repo_id=repo_id,
+            revision=revision,
+            filename=filename,
+            parts_json=_parts_json(parts),
         )
         try:
             with self._db.session() as session:

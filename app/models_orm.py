@@ -116,3 +116,8 @@ class ModelRow(Base):
     added_at: Mapped[datetime] = mapped_column(UTCDateTime)
     last_load_error: Mapped[str | None] = mapped_column(Text)
     last_loaded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Hub provenance (revision 0002); None for imported and starter models.
+    repo_id: Mapped[str | None] = mapped_column(Text)
+    revision: Mapped[str | None] = mapped_column(Text)  # the commit sha the file was pinned to
+    filename: Mapped[str | None] = mapped_column(Text)  # path inside the repo (the first part if split)
+    parts_json: Mapped[str | None] = mapped_column(Text)  # split GGUFs: every part's name, size, SHA-256

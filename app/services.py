@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from app.background import Background
@@ -11,7 +12,7 @@ from app.core import Core
 from app.engine import ChatEngine
 from app.library import ModelLibrary
 from app.paths import HearthPaths
-from app.settings import Settings
+from app.settings import Settings, save_settings
 from inference.hardware import HardwareReport, probe_hardware
 
 
@@ -43,6 +44,12 @@ class AppServices:
             hardware=hardware,
             core=core,
         )
+
+    def update_settings(self, **changes: object) -> None:
+        """Apply at once (the next turn uses them) and save off the GUI thread."""
+        settings = dataclasses.replace(self.settings, **changes)  # type: ignore[arg-type]
+        self.settings = self.core.settings = self.chat.engine.settings = settings
+        self.background.call(lambda: save_settings(self.paths.settings_path, settings))
 
     def shutdown(self) -> None:
         self.chat.shutdown()

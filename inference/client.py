@@ -161,7 +161,6 @@ class RunnerClient:
                 yield Failed(request.request_id, ErrorKind.NOT_LOADED, "No model is loaded.")
                 return
             assert self._conn is not None
-            self._cancel.clear()
             self._conn.send(request)
             prompt_ready = False
             while True:
@@ -188,6 +187,10 @@ class RunnerClient:
 
     def cancel(self) -> None:
         self._cancel.set()
+
+    def reset_cancel(self) -> None:
+        """Called when a new turn begins; a Stop after this point, even before generation starts, counts."""
+        self._cancel.clear()
 
     def kill(self) -> None:
         """Hard-kill the runner (tests, and the user's 'unload' of a wedged model)."""

@@ -78,6 +78,10 @@ def runtime_libraries(lib_dir: Path) -> tuple[list[Path], set[str]]:
         suffixes = (".dll", ".dylib", ".so")
         return sorted(p for p in lib_dir.iterdir() if p.is_file() and p.name.endswith(suffixes)), set()
     wanted = [f"lib{name}.so" for name in PYTHON_LOADED if (lib_dir / f"lib{name}.so").is_file()]
+    # A build with GGML_BACKEND_DL=ON links no backend: ggml dlopens each libggml-<backend>.so in the folder.
+    ggml = lib_dir / "libggml.so"
+    if ggml.is_file() and not any(n.startswith("libggml-cpu") for n in elf_dynamic(ggml)[1]):
+        wanted += sorted(p.name for p in lib_dir.glob("libggml-*.so") if p.name != "libggml-base.so")
     keep: dict[str, Path] = {}
     external: set[str] = set()
     while wanted:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from app.core import Core
-from app.engine import ChatEngine, TurnCallbacks
+from app.engine import ChatEngine, ModelStatus, TurnCallbacks
+from app.errors import HearthError
 from app.paths import resolve_home
 from inference.client import RunnerClient, RunnerError
 from inference.protocol import ErrorKind, LoadPlan, SamplingParams
@@ -268,3 +269,39 @@ def test_runner_that_does_not_finish_the_prompt_in_time_is_stopped(
         assert client.alive
     finally:
         client.close()
+
+
+class StopWhileLoading(Recorder):
+    def __init__(self, engine: ChatEngine) -> None:
+        super().__init__()
+        self._engine = engine
+
+    def model_status(self, status: ModelStatus) -> None:
+        if status.state == "loading":
+            self._engine.cancel()
+
+
+def test_stop_pressed_while_the_model_loads_still_stops_the_reply(core: Core, engine: ChatEngine) -> None:
+    sampling = SamplingParams(temperature=0.0, max_tokens=2000, seed=1)
+    result = engine.run_turn(
+        "Write a very long essay about forests.",
+        starter_name(core),
+        sampling=sampling,
+        callbacks=StopWhileLoading(engine),
+    )
+    assert result.status == "stopped"
+    assert result.stats is not None and result.stats.completion_tokens <= 1
+
+
+def test_a_model_that_cannot_load_stores_nothing(core: Core, engine: ChatEngine, tmp_path: Path) -> None:
+    with pytest.raises(HearthError, match="no-such-model"):
+        engine.run_turn("hello", "no-such-model")
+    # A distinct copy (import dedupes identical files onto the starter, which must never be deleted).
+    source = core.library.get(starter_name(core)).path
+    copy = with_chat_template(source, tmp_path / "gone.gguf", "{{ messages }}")
+    gone = core.library.import_file(copy, name="soon-gone")
+    assert gone.path.is_relative_to(core.paths.models_dir)
+    gone.path.unlink()
+    with pytest.raises(HearthError, match="missing"):
+        engine.run_turn("hello", "soon-gone")
+    assert core.store.list_conversations() == []

@@ -8,7 +8,12 @@ from PySide6.QtGui import QIcon, QPixmap
 
 
 def _read(*parts: str) -> bytes:
-    return files("resources").joinpath(*parts).read_bytes()
+    path = files("resources")
+    # One part at a time: in a frozen build on Python 3.11 this is a MultiplexedPath, whose joinpath
+    # takes a single name.
+    for part in parts:
+        path = path.joinpath(part)
+    return path.read_bytes()
 
 
 def app_icon() -> QIcon:

@@ -94,6 +94,7 @@ class MainWindow(QMainWindow):
         self._live_parts: list[str] = []
         self._models_loaded = False
         self._conversations_loaded = False
+        self._status_known = False
         # Once closed, no new background work: the services may already be shutting down.
         self._closed = False
 
@@ -102,7 +103,6 @@ class MainWindow(QMainWindow):
         self._build(confirm_open, open_url)
         self._connect()
 
-        self.statusBackend.setText(self._hardware_summary())
         self.refresh_conversations()
         self._run(services.library.list_models, self._show_models)
         self._run(self._chat.current_status, self._on_model_status)
@@ -189,10 +189,10 @@ class MainWindow(QMainWindow):
         self.conversationList.currentItemChanged.connect(self._on_conversation_picked)
         self.sendButton.clicked.connect(self._send)
         self.composer.submitted.connect(self._send)
-        self.stopButton.clicked.connect(self._chat.stop)
+        self.stopButton.clicked.connect(self._stop)
         self.modelPicker.activated.connect(self._on_model_picked)
         QShortcut(QKeySequence.StandardKey.New, self, self.new_chat)
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self._chat.stop)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self._stop)
 
         chat = self._chat
         chat.replyStarted.connect(self._on_reply_started)
@@ -211,7 +211,7 @@ class MainWindow(QMainWindow):
 
     @property
     def initial_load_done(self) -> bool:
-        return self._models_loaded and self._conversations_loaded
+        return self._models_loaded and self._conversations_loaded and self._status_known
 
     # -- background plumbing ----------------------------------------------------------------------
 
@@ -240,8 +240,9 @@ class MainWindow(QMainWindow):
         self._run(self._services.store.list_conversations, self._show_conversations)
 
     def _show_conversations(self, conversations: Sequence[Conversation]) -> None:
+        # The current conversation may be missing from a list read just before the chat service
+        # created it; it stays current (only deleting it here ends it) and is selected next time.
         self._conversations_loaded = True
-        current_present = False
         # Rebuilding the list must not look like the user picking a conversation.
         self.conversationList.blockSignals(True)
         try:
@@ -252,12 +253,8 @@ class MainWindow(QMainWindow):
                 self.conversationList.addItem(item)
                 if conversation.id == self._current_id:
                     self.conversationList.setCurrentItem(item)
-                    current_present = True
         finally:
             self.conversationList.blockSignals(False)
-        if self._current_id is not None and not current_present:
-            self._current_id = None
-            self.transcript.clear()
         self._update_controls()
 
     def _selected_conversation(self) -> tuple[int, str] | None:
@@ -372,22 +369,18 @@ class MainWindow(QMainWindow):
 
     def _on_model_picked(self, _index: int) -> None:
         model = self._selected_model()
+        if model is not None and model != self._services.settings.default_model:
+            self._services.update_settings(default_model=model)
         if model is not None and self._preload_model and not self._chat.busy:
             self._chat.preload(model)
 
     def _on_model_status(self, status: ModelStatus) -> None:
+        self._status_known = True
         self.statusBackend.setText(status.summary)
         # Tooltips are rich text when they look like HTML, so the detail is escaped first.
         self.statusBackend.setToolTip(f"<p>{html.escape(status.detail)}</p>" if status.detail else "")
         if status.state == "failed" or (status.state == "ready" and status.detail):
             self.statusBar().showMessage(status.detail or status.summary, ERROR_MESSAGE_MS)
-
-    def _hardware_summary(self) -> str:
-        hardware = self._services.hardware
-        if hardware.gpus:
-            gpu = hardware.gpus[0]
-            return f"GPU · {gpu.name} · {gpu.free_mib} MiB free"
-        return f"CPU · {hardware.gpu_reason}"
 
     # -- sending and streaming --------------------------------------------------------------------
 
@@ -403,6 +396,11 @@ class MainWindow(QMainWindow):
         self._pending_prompt = prompt
         self._pending_conversation = self._current_id
         self._chat.send(self._current_id, prompt, model)
+
+    def _stop(self) -> None:
+        # Escape works anywhere in the window; with nothing running there is nothing to cancel.
+        if self._chat.busy:
+            self._chat.stop()
 
     def _on_reply_started(
         self, conversation_id: int, user_message_id: int, assistant_message_id: int

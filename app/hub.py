@@ -1,0 +1,633 @@
+"""The Hugging Face Hub (or a mirror): search, repo listings pinned to a commit, remote GGUF headers.
+
+Everything goes through `huggingface_hub` (`HfApi` for the API, its shared HTTP session for file bytes), at
+one endpoint: `--endpoint`, else the `hf_endpoint` setting, else `HF_ENDPOINT`, else the public Hub. The
+token is passed explicitly and sent only to that endpoint's origin, never to a host it redirects to.
+Names from a listing are untrusted: each is checked here before anything turns it into a path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import platform
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import metadata
+from pathlib import PurePosixPath
+from typing import Any, Final
+from urllib.parse import quote, urljoin, urlsplit
+
+import httpx2
+from huggingface_hub import HfApi, __version__, constants, get_session
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+from app.errors import HearthError, InvalidModelFile
+from app.library import InstalledModel
+from inference.gguf import GGUFError, GGUFHeader, parse_header
+
+log = logging.getLogger("hearth.hub")
+
+PUBLIC_ENDPOINT: Final = "https://huggingface.co"
+DEFAULT_TIMEOUT_S: Final = 30.0
+# A GGUF header is metadata plus the tensor table: a few MiB even with a 256k-token vocabulary.
+MAX_REMOTE_HEADER_BYTES: Final = 64 << 20
+MAX_REDIRECTS: Final = 10
+HEADER_WORKERS: Final = 4
+
+_COMMIT: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_SHA256: Final = re.compile(r"[0-9a-f]{64}")
+# The Hub's own rule: word characters, '.' and '-', starting and ending with a word character.
+_REPO_PART: Final = re.compile(r"\w(?:[\w.-]{0,94}\w)?", re.ASCII)
+_REVISION: Final = re.compile(r"[\w.-]+(?:/[\w.-]+)*", re.ASCII)
+_SPLIT: Final = re.compile(r"^(?P<base>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+_QUANT: Final = re.compile(
+    r"(?<![a-z0-9])(iq[1-4]_(?:xxs|xs|s|m|nl)|q[1-8](?:_[a-z0-9]{1,3}){0,3}|bf16|fp16|f16|f32|tq[12]_0|mxfp4)"
+    r"(?![a-z0-9])",
+    re.IGNORECASE,
+)
+_WINDOWS_DEVICE_NAMES: Final = frozenset(
+    {"CON", "PRN", "AUX", "NUL"} | {f"{port}{n}" for port in ("COM", "LPT") for n in range(1, 10)}
+)
+# Reserved on Windows; ':' also names drives and alternate data streams.
+_WINDOWS_RESERVED_CHARS: Final = frozenset('<>:"|?*')
+_MAX_FILENAME_BYTES: Final = 1024
+_MAX_COMPONENT_BYTES: Final = 255
+
+
+class UnsafeFilename(HearthError):
+    pass
+
+
+class HubError(HearthError):
+    """The Hub answered, but not with what was asked for."""
+
+
+class HubAuthError(HubError):
+    """HTTP 401: no token, or one the Hub does not accept."""
+
+
+class HubGatedError(HubError):
+    """HTTP 403: the token is fine but its account has not accepted the model's licence."""
+
+
+class HubNotFound(HubError):
+    pass
+
+
+class HubRateLimited(HubError):
+    def __init__(self, message: str, retry_after_s: float | None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class HubUnreachable(HubError):
+    """The connection failed or the server had an error: worth retrying later."""
+
+
+@dataclass(frozen=True)
+class RepoSummary:
+    repo_id: str
+    downloads: int | None
+    likes: int | None
+    license: str | None
+    gated: bool
+    last_modified: datetime | None
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    filename: str  # checked by check_repo_filename
+    size: int | None
+    sha256: str | None  # the LFS SHA-256 at the listing's commit
+
+
+@dataclass(frozen=True)
+class RemoteModel:
+    """One GGUF model in a repo: a single file or every part of a split GGUF, in order."""
+
+    name: str  # the file name without folders, `.gguf` and the split suffix
+    quantization: str | None  # from the file name; the header says for sure
+    parts: tuple[RemoteFile, ...]
+
+    @property
+    def filename(self) -> str:
+        return self.parts[0].filename
+
+    @property
+    def size(self) -> int | None:
+        sizes = [p.size for p in self.parts]
+        return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
+
+
+@dataclass(frozen=True)
+class RepoListing:
+    repo_id: str
+    revision: str  # as asked for (a branch, tag or commit)
+    commit: str  # the commit it resolved to: every download pins to this
+    gated: bool
+    license: str | None
+    models: tuple[RemoteModel, ...]
+    rejected: tuple[tuple[str, str], ...]  # (file name as listed, why it was skipped)
+
+
+@dataclass(frozen=True)
+class UpdateCheck:
+    branch: str
+    commit: str | None  # the branch's commit now
+    changed: bool | None  # None: the file is no longer on the branch, or the Hub gives no hash
+    detail: str
+
+
+def resolve_endpoint(configured: str | None = None) -> str:
+    """`configured` (the --endpoint option or the hf_endpoint setting), else HF_ENDPOINT, else the Hub."""
+    raw = (configured or os.environ.get("HF_ENDPOINT") or PUBLIC_ENDPOINT).strip()
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HearthError(f"The Hub endpoint {raw!r} is not an http(s) URL.")
+    # Credentials in the URL would end up in logs and error messages; the token goes in the keyring.
+    if parts.username or parts.password:
+        raise HearthError(
+            "The Hub endpoint must not contain a user name or password; use `hearth token set`."
+        )
+    if parts.query or parts.fragment:
+        raise HearthError(f"The Hub endpoint {raw!r} must not have a query or fragment.")
+    return raw.rstrip("/")
+
+
+def check_repo_id(repo_id: str) -> str:
+    parts = repo_id.split("/")
+    if (
+        len(parts) not in (1, 2)
+        or not all(_REPO_PART.fullmatch(p) for p in parts)
+        or "--" in repo_id
+        or ".." in repo_id
+    ):
+        raise HearthError(f"{repo_id!r} is not a Hub repository id (expected owner/name).")
+    return repo_id
+
+
+def check_revision(revision: str) -> str:
+    if len(revision) > 256 or not _REVISION.fullmatch(revision) or ".." in revision.split("/"):
+        raise HearthError(f"{revision!r} is not a branch, tag or commit name.")
+    return revision
+
+
+def unsafe_filename_reason(name: str) -> str | None:
+    """Why a file name from a repo listing must not become a path, or None when it is safe everywhere.
+
+    huggingface_hub checked only `..` before 1.26, and Windows quietly drops a trailing dot or space
+    (`model.gguf.` and `model.gguf` are the same file there), so the rules are the strictest platform's.
+    """
+    if not name:
+        return "the name is empty"
+    if len(name.encode("utf-8", "surrogatepass")) > _MAX_FILENAME_BYTES:
+        return "the name is too long"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return "it contains control characters"
+    if "\\" in name:
+        return "it contains a backslash (a Windows path or UNC name)"
+    if name.startswith("/"):
+        return "it is an absolute path"
+    if re.match(r"[A-Za-z]:", name):
+        return "it names a drive"
+    if _WINDOWS_RESERVED_CHARS.intersection(name):
+        return 'it contains a character Windows reserves (< > : " | ? *)'
+    for component in name.split("/"):
+        if not component:
+            return "it has an empty path component"
+        if component in (".", ".."):
+            return f"it has a {component!r} path component"
+        if component[-1] in ". ":
+            return "a path component ends in a dot or space"
+        if component.split(".")[0].upper() in _WINDOWS_DEVICE_NAMES:
+            return f"{component!r} is a reserved device name on Windows"
+        if len(component.encode("utf-8", "surrogatepass")) > _MAX_COMPONENT_BYTES:
+            return "a path component is too long"
+    return None
+
+
+def check_repo_filename(name: str) -> str:
+    reason = unsafe_filename_reason(name)
+    if reason is not None:
+        raise UnsafeFilename(f"The repository lists a file named {name!r}, which Hearth refuses: {reason}.")
+    return name
+
+
+def quant_label(filename: str) -> str | None:
+    """The quantization named in a GGUF file name (Q4_K_M, IQ4_XS, BF16, …), upper-cased."""
+    stem = PurePosixPath(filename).name
+    split = _SPLIT.match(stem)
+    stem = split.group("base") if split else re.sub(r"\.gguf$", "", stem, flags=re.IGNORECASE)
+    matches = _QUANT.findall(stem)
+    return str(matches[-1]).upper() if matches else None
+
+
+def group_gguf_files(
+    files: Sequence[RemoteFile],
+) -> tuple[tuple[RemoteModel, ...], tuple[tuple[str, str], ...]]:
+    """GGUF models in a listing: split parts (`name-00001-of-00003.gguf`) become one model.
+
+    Vision projectors (`mmproj-*.gguf`) are not chat models and are left out. Returns the models and the
+    files skipped with the reason; file names must already have been checked.
+    """
+    singles: list[RemoteModel] = []
+    splits: dict[tuple[str, int], dict[int, RemoteFile]] = {}
+    rejected: list[tuple[str, str]] = []
+    for file in files:
+        base = PurePosixPath(file.filename).name
+        if not base.lower().endswith(".gguf") or base.lower().startswith("mmproj"):
+            continue
+        match = _SPLIT.match(file.filename)
+        if match is None:
+            singles.append(RemoteModel(base[: -len(".gguf")], quant_label(file.filename), (file,)))
+            continue
+        count, index = int(match.group("count")), int(match.group("index"))
+        if not 1 <= index <= count:
+            rejected.append((file.filename, f"part {index} of {count} is out of range"))
+            continue
+        splits.setdefault((match.group("base"), count), {})[index] = file
+    for (base_path, count), parts in splits.items():
+        missing = [i for i in range(1, count + 1) if i not in parts]
+        if missing:
+            first = parts[min(parts)].filename
+            rejected.append((first, f"split model is missing part(s) {', '.join(map(str, missing))}"))
+            continue
+        ordered = tuple(parts[i] for i in range(1, count + 1))
+        singles.append(RemoteModel(PurePosixPath(base_path).name, quant_label(ordered[0].filename), ordered))
+    singles.sort(key=lambda m: (m.size is None, m.size or 0, m.filename))
+    return tuple(singles), tuple(rejected)
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    default = 443 if parts.scheme == "https" else 80
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+def _hearth_version() -> str:
+    try:
+        return metadata.version("hearth")
+    except metadata.PackageNotFoundError:
+        return "dev"
+
+
+def _disable_hf_telemetry() -> None:
+    # huggingface_hub builds its user agent with detect_agent(), which downloads a registry from the
+    # *public* Hub (constants.ENDPOINT, whatever endpoint the request is for) and caches it under HF_HOME.
+    # Hearth promises no request the user did not ask for and nothing written outside its home, so it
+    # turns that off the documented way (HF_HUB_DISABLE_TELEMETRY), here where it is read at call time.
+    constants.HF_HUB_DISABLE_TELEMETRY = True
+
+
+def status_error(status: int, headers: Mapping[str, str], what: str, page_url: str) -> HubError:
+    """A user-readable error for an HTTP failure; `what` names the repo or file."""
+    if status == 401:
+        return HubAuthError(
+            f"The Hub refused access to {what} (HTTP 401): the Hugging Face token is missing or invalid. "
+            f"If the model is private or gated, set a valid token with `hearth token set`."
+        )
+    if status == 403:
+        return HubGatedError(
+            f"The Hub refused access to {what} (HTTP 403): this is a gated model. Accept the licence on the "
+            f"model page {page_url} with the account your token belongs to, then try again."
+        )
+    if status == 404:
+        return HubNotFound(f"{what} was not found on the Hub (HTTP 404).")
+    if status == 429:
+        retry_after = _retry_after_s(headers)
+        wait = f" (it asks to wait {retry_after:g} s)" if retry_after is not None else ""
+        return HubRateLimited(
+            f"The Hub is rate-limiting requests for {what}{wait}; try again in a few minutes.", retry_after
+        )
+    if status >= 500:
+        return HubUnreachable(f"The Hub had a server error for {what} (HTTP {status}); try again later.")
+    return HubError(f"The Hub answered HTTP {status} for {what}.")
+
+
+def _retry_after_s(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after", "").strip()
+    return float(value) if value.isdigit() else None
+
+
+class HubClient:
+    """Thread-safe: the GUI may search on one worker while a download runs on another."""
+
+    def __init__(
+        self, endpoint: str | None = None, token: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
+        _disable_hf_telemetry()
+        self.endpoint = resolve_endpoint(endpoint)
+        self._origin = _origin(self.endpoint)
+        self._token = token or None
+        self._timeout_s = timeout_s
+        # token=False: without a Hearth token, huggingface_hub must not fall back to HF_TOKEN or its token
+        # file, so what the Hub sees is what the user configured in Hearth.
+        self._api = HfApi(
+            endpoint=self.endpoint,
+            token=self._token or False,
+            library_name="hearth",
+            library_version=_hearth_version(),
+        )
+        # The same user agent HfApi sends for this library name.
+        self._plain_headers = {
+            "user-agent": f"hearth/{_hearth_version()}; hf_hub/{__version__}; "
+            f"python/{platform.python_version()}"
+        }
+
+    def __repr__(self) -> str:
+        return f"HubClient(endpoint={self.endpoint!r}, token={'set' if self._token else 'none'})"
+
+    @property
+    def has_token(self) -> bool:
+        return self._token is not None
+
+    def model_page(self, repo_id: str) -> str:
+        return f"{self.endpoint}/{repo_id}"
+
+    def file_url(self, repo_id: str, commit: str, filename: str) -> str:
+        return (
+            f"{self.endpoint}/{quote(check_repo_id(repo_id))}/resolve/{quote(commit, safe='')}/"
+            f"{quote(check_repo_filename(filename))}"
+        )
+
+    def search(self, query: str, *, limit: int = 20) -> list[RepoSummary]:
+        """Repositories with GGUF files matching `query`, most downloaded first."""
+        if limit < 1:
+            raise HearthError("The search limit must be at least 1.")
+        with self._api_errors(f"the search for {query!r}", self.endpoint):
+            infos = list(
+                self._api.list_models(
+                    search=query or None,
+                    filter="gguf",
+                    sort="downloads",
+                    limit=limit,
+                    expand=["downloads", "likes", "gated", "lastModified", "tags", "cardData"],
+                )
+            )
+        return [
+            RepoSummary(
+                repo_id=info.id,
+                downloads=info.downloads,
+                likes=info.likes,
+                license=_license(info),
+                gated=bool(info.gated),
+                last_modified=info.last_modified,
+            )
+            for info in infos
+        ]
+
+    def list_files(self, repo_id: str, revision: str | None = None) -> RepoListing:
+        """The repo's GGUF models at `revision` (default: main), pinned to the commit it points to now."""
+        check_repo_id(repo_id)
+        revision = check_revision(revision or "main")
+        with self._api_errors(repo_id, self.model_page(repo_id)):
+            info = self._api.model_info(
+                repo_id, revision=revision, files_metadata=True, timeout=self._timeout_s
+            )
+        commit = info.sha
+        if not isinstance(commit, str) or not _COMMIT.fullmatch(commit):
+            raise HubError(f"The Hub did not say which commit {repo_id}@{revision} is; cannot pin the files.")
+        files: list[RemoteFile] = []
+        rejected: list[tuple[str, str]] = []
+        for sibling in info.siblings or []:
+            name = sibling.rfilename
+            reason = unsafe_filename_reason(name) if isinstance(name, str) else "it is not a string"
+            if reason is not None:
+                log.warning("%s lists an unsafe file name %r: %s", repo_id, name, reason)
+                rejected.append((repr(name), reason))
+                continue
+            lfs = sibling.lfs
+            sha256 = lfs.sha256.lower() if lfs is not None and isinstance(lfs.sha256, str) else None
+            size = sibling.size if isinstance(sibling.size, int) and sibling.size >= 0 else None
+            files.append(RemoteFile(name, size, sha256 if sha256 and _SHA256.fullmatch(sha256) else None))
+        models, skipped = group_gguf_files(files)
+        return RepoListing(
+            repo_id=repo_id,
+            revision=revision,
+            commit=commit,
+            gated=bool(info.gated),
+            license=_license(info),
+            models=models,
+            rejected=(*rejected, *skipped),
+        )
+
+    def read_header(self, listing: RepoListing, model: RemoteModel) -> GGUFHeader:
+        """The model's GGUF header, read with range requests and checked like a local file's.
+
+        For a split model every part's header is read; the result has the first part's metadata and the
+        tensors of all parts (what memory estimates need), with the total size as `file_size`.
+        """
+        headers = [self._read_part_header(listing, part) for part in model.parts]
+        if len(headers) == 1:
+            return headers[0]
+        return dataclasses.replace(
+            headers[0],
+            tensors=tuple(t for h in headers for t in h.tensors),
+            file_size=sum(h.file_size for h in headers),
+        )
+
+    def read_headers(
+        self, listing: RepoListing, models: Sequence[RemoteModel]
+    ) -> list[GGUFHeader | HearthError]:
+        """Headers for several models at once (a few in parallel); a failure is returned in its place."""
+
+        def one(model: RemoteModel) -> GGUFHeader | HearthError:
+            try:
+                return self.read_header(listing, model)
+            except HearthError as exc:
+                return exc
+
+        with ThreadPoolExecutor(max_workers=HEADER_WORKERS, thread_name_prefix="hearth-header") as pool:
+            return list(pool.map(one, models))
+
+    def check_update(self, model: InstalledModel, branch: str = "main") -> UpdateCheck:
+        """Whether `branch` now has different bytes for an installed model's file(s)."""
+        if model.repo_id is None or model.filename is None:
+            raise HearthError(f"{model.name} was not downloaded from the Hub.")
+        listing = self.list_files(model.repo_id, branch)
+        current = next((m for m in listing.models if m.filename == model.filename), None)
+        if current is None:
+            return UpdateCheck(
+                branch, listing.commit, None, f"{model.filename} is no longer on {branch} ({listing.commit})."
+            )
+        installed = [p.sha256 for p in model.parts] if model.parts else [model.sha256]
+        remote = [p.sha256 for p in current.parts]
+        if any(sha is None for sha in remote):
+            return UpdateCheck(branch, listing.commit, None, "The Hub gives no SHA-256 for the file.")
+        if remote == installed:
+            detail = f"Same bytes as {branch} ({listing.commit[:12]})."
+            return UpdateCheck(branch, listing.commit, False, detail)
+        detail = (
+            f"{branch} ({listing.commit[:12]}) has different bytes for {model.filename} than the installed "
+            f"commit {(model.revision or '?')[:12]}; download it again to update."
+        )
+        return UpdateCheck(branch, listing.commit, True, detail)
+
+    def headers_for(self, url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Request headers for `url`: the token only when `url` is on the endpoint's own origin."""
+        headers = {**self._plain_headers, "accept-encoding": "identity", **(extra or {})}
+        if self._token is not None and _origin(url) == self._origin:
+            headers["authorization"] = f"Bearer {self._token}"
+        return headers
+
+    @contextmanager
+    def open_file(
+        self, url: str, *, start: int | None = None, end: int | None = None, timeout: httpx2.Timeout
+    ) -> Iterator[httpx2.Response]:
+        """GET `url` (bytes `start`..`end` inclusive when given) as a stream, following redirects here.
+
+        Redirects are followed by hand so the rule about the token is ours, not a library default: it
+        goes to the endpoint's origin only, never to the CDN or any other host a redirect names.
+        Raises HearthError for a redirect loop or an https → http downgrade; any status is returned.
+        """
+        extra: dict[str, str] = {}
+        if start is not None:
+            extra["range"] = f"bytes={start}-" if end is None else f"bytes={start}-{end}"
+        session = get_session()
+        for _ in range(MAX_REDIRECTS + 1):
+            request = session.build_request("GET", url, headers=self.headers_for(url, extra), timeout=timeout)
+            try:
+                response = session.send(request, stream=True, follow_redirects=False)
+            except OfflineModeIsEnabled as exc:
+                raise _offline_error() from exc
+            if response.has_redirect_location:
+                target = urljoin(url, response.headers["location"])
+                response.close()
+                if urlsplit(target).scheme not in ("http", "https") or (
+                    urlsplit(url).scheme == "https" and urlsplit(target).scheme != "https"
+                ):
+                    raise HubError(f"The Hub redirected a download to an unsafe address ({_host(target)}).")
+                if _origin(target) != self._origin:
+                    log.debug("following a redirect to %s without the token", _host(target))
+                url = target
+                continue
+            try:
+                yield response
+            finally:
+                response.close()
+            return
+        raise HubError(f"The Hub redirected more than {MAX_REDIRECTS} times for {_host(url)}.")
+
+    def _read_part_header(self, listing: RepoListing, part: RemoteFile) -> GGUFHeader:
+        if part.size is None:
+            raise HubError(f"The Hub does not say how large {part.filename} is; cannot read its header.")
+        source = HttpRangeSource(
+            self, self.file_url(listing.repo_id, listing.commit, part.filename), part.size
+        )
+        what = f"{listing.repo_id}/{part.filename}"
+        try:
+            return parse_header(source, max_header_bytes=MAX_REMOTE_HEADER_BYTES)
+        except GGUFError as exc:
+            raise InvalidModelFile(f"{what} is not a usable GGUF model: {exc}.") from exc
+        except httpx2.TransportError as exc:
+            raise HubUnreachable(
+                f"Reading the header of {what} from {_host(self.endpoint)} failed: {_transport_reason(exc)}."
+            ) from exc
+
+    @contextmanager
+    def _api_errors(self, what: str, page_url: str) -> Iterator[None]:
+        try:
+            yield
+        except OfflineModeIsEnabled as exc:
+            raise _offline_error() from exc
+        except HfHubHTTPError as exc:
+            response = exc.response
+            raise status_error(response.status_code, response.headers, what, page_url) from exc
+        except httpx2.TransportError as exc:
+            raise HubUnreachable(
+                f"Could not reach the Hub at {self.endpoint}: {_transport_reason(exc)}."
+            ) from exc
+
+
+class HttpRangeSource:
+    """A remote file as an `inference.gguf.ByteSource`, read with HTTP range requests.
+
+    Bounded like a local read: every response must be the range asked for (206 with a matching
+    Content-Range, never more bytes than asked) and the total fetched is capped, so a hostile server or
+    header costs at most `max_fetch_bytes`. A server that ignores Range (200) is read only as far as needed.
+    """
+
+    def __init__(
+        self, client: HubClient, url: str, size: int, *, max_fetch_bytes: int = MAX_REMOTE_HEADER_BYTES
+    ) -> None:
+        self._client = client
+        self._url = url
+        self._size = size
+        self._max_fetch = max_fetch_bytes
+        self.fetched = 0
+        self._timeout = httpx2.Timeout(client._timeout_s)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def read(self, offset: int, n: int) -> bytes:
+        n = min(n, self._size - offset)
+        if n <= 0 or offset < 0:
+            return b""
+        if self.fetched + n > self._max_fetch:
+            raise GGUFError(f"reading the header would fetch more than {self._max_fetch >> 20} MiB")
+        with self._client.open_file(self._url, start=offset, end=offset + n - 1, timeout=self._timeout) as r:
+            if r.status_code == 206:
+                _check_content_range(r.headers.get("content-range"), offset, self._size)
+                return self._take(r, n)
+            if r.status_code == 200:
+                # The server ignored Range and sends the whole file: read up to what was asked, no further.
+                if self.fetched + offset + n > self._max_fetch:
+                    raise GGUFError("the server does not support range requests and the file is too large")
+                return self._take(r, offset + n)[offset:]
+            raise status_error(r.status_code, r.headers, self._url.rsplit("/", 1)[-1], self._client.endpoint)
+
+    def _take(self, response: httpx2.Response, n: int) -> bytes:
+        chunks: list[bytes] = []
+        got = 0
+        for chunk in response.iter_raw():
+            chunk = chunk[: n - got]
+            chunks.append(chunk)
+            got += len(chunk)
+            self.fetched += len(chunk)
+            if got >= n:
+                break
+        return b"".join(chunks)
+
+
+def _check_content_range(value: str | None, offset: int, size: int) -> None:
+    match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+|\*)", (value or "").strip())
+    if match is None or int(match.group(1)) != offset:
+        raise GGUFError(f"the server answered a range request with the wrong range ({value!r})")
+    if match.group(3) != "*" and int(match.group(3)) != size:
+        raise GGUFError(f"the file on the server is {match.group(3)} bytes, not the {size} the Hub listed")
+
+
+def _license(info: Any) -> str | None:
+    card = getattr(info, "card_data", None)
+    license_ = getattr(card, "license", None) if card is not None else None
+    if isinstance(license_, str):
+        return license_
+    for tag in getattr(info, "tags", None) or []:
+        if isinstance(tag, str) and tag.startswith("license:"):
+            return tag.removeprefix("license:")
+    return None
+
+
+def _host(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.netloc or url
+
+
+def _transport_reason(exc: httpx2.TransportError) -> str:
+    if isinstance(exc, httpx2.TimeoutException):
+        return "the connection timed out"
+    if isinstance(exc, httpx2.ConnectError):
+        return "could not connect"
+    return "the connection was lost"
+
+
+def _offline_error() -> HearthError:
+    return HearthError("HF_HUB_OFFLINE is set, so Hearth does not contact the Hub; unset it to go online.")
