@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from PySide6.QtCore import QObject, Signal
 
-from app.engine import ChatEngine, ModelStatus, TurnCallbacks, TurnResult
-from app.errors import HearthError
-from inference.protocol import SamplingParams
+from app.engine import ChatEngine, ContextUsage, ModelStatus, TurnCallbacks, TurnResult
+from app.errors import ContextOverflow, HearthError
+from inference.protocol import ErrorKind, SamplingParams
 
 log = logging.getLogger("hearth.chat")
 
@@ -21,6 +23,9 @@ class _SignalCallbacks(TurnCallbacks):
     def started(self, conversation_id: int, user_message_id: int, assistant_message_id: int) -> None:
         self._service.replyStarted.emit(conversation_id, user_message_id, assistant_message_id)
         self._service.conversationsChanged.emit()
+
+    def context_note(self, assistant_message_id: int, note: str) -> None:
+        self._service.replyContextNote.emit(assistant_message_id, note)
 
     def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
         if text:
@@ -43,6 +48,10 @@ class ChatService(QObject):
     modelStatus = Signal(object)
     busyChanged = Signal(bool)
     conversationsChanged = Signal()
+    # Right after replyStarted when the overflow policy left earlier messages out: (assistant id, note).
+    replyContextNote = Signal(int, str)
+    # A ContextUsage, answering measure_context.
+    contextUsage = Signal(object)
 
     def __init__(self, engine: ChatEngine, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -50,6 +59,10 @@ class ChatService(QObject):
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-inference")
         self._busy = False
         self._callbacks = _SignalCallbacks(self)
+        # The latest measure_context request not yet started; typing faster than the worker counts only
+        # ever queues one measurement.
+        self._measure_lock = threading.Lock()
+        self._pending_measure: tuple[int | None, str, str] | None = None
 
     @property
     def engine(self) -> ChatEngine:
@@ -70,10 +83,54 @@ class ChatService(QObject):
         sampling: SamplingParams | None = None,
     ) -> Future[None] | None:
         """Non-blocking. Ignored while a reply is streaming (the GUI disables Send meanwhile)."""
-        if self._busy:
-            return None
-        self._set_busy(True)
-        return self._worker.submit(self._run, conversation_id, prompt, model_name, sampling)
+        return self._start_turn(
+            lambda: self._engine.run_turn(
+                prompt,
+                model_name,
+                conversation_id=conversation_id,
+                sampling=sampling,
+                callbacks=self._callbacks,
+            )
+        )
+
+    def regenerate(
+        self, message_id: int, model_name: str, sampling: SamplingParams | None = None
+    ) -> Future[None] | None:
+        """Non-blocking: a new reply beside the given one (or to the given prompt); same signals as send.
+
+        replyStarted's user_message_id is the existing prompt. Ignored while a reply is streaming.
+        """
+        return self._start_turn(
+            lambda: self._engine.regenerate(
+                message_id, model_name, sampling=sampling, callbacks=self._callbacks
+            )
+        )
+
+    def edit(
+        self, message_id: int, new_text: str, model_name: str, sampling: SamplingParams | None = None
+    ) -> Future[None] | None:
+        """Non-blocking: a new prompt beside the user's message `message_id` (a new branch), then its reply.
+
+        Same signals as send. Ignored while a reply is streaming.
+        """
+        return self._start_turn(
+            lambda: self._engine.edit(
+                message_id, new_text, model_name, sampling=sampling, callbacks=self._callbacks
+            )
+        )
+
+    def measure_context(
+        self, conversation_id: int | None, draft_text: str, model_name: str
+    ) -> Future[None] | None:
+        """Non-blocking: count the tokens the next Send would use; answered by contextUsage.
+
+        Requests made while one is waiting replace it, so only the latest draft is counted. Returns None
+        when it was folded into a request already waiting.
+        """
+        with self._measure_lock:
+            waiting = self._pending_measure is not None
+            self._pending_measure = (conversation_id, draft_text, model_name)
+        return None if waiting else self._worker.submit(self._measure)
 
     def preload(self, model_name: str) -> Future[None]:
         """Load a model ahead of the first message so the first reply starts quickly."""
@@ -96,18 +153,17 @@ class ChatService(QObject):
             log.exception("preload failed")
             self.modelStatus.emit(ModelStatus(model_name, "failed", "", "Model failed to load", repr(exc)))
 
-    def _run(
-        self, conversation_id: int | None, prompt: str, model_name: str, sampling: SamplingParams | None
-    ) -> None:
+    def _start_turn(self, turn: Callable[[], TurnResult]) -> Future[None] | None:
+        if self._busy:
+            return None
+        self._set_busy(True)
+        return self._worker.submit(self._run, turn)
+
+    def _run(self, turn: Callable[[], TurnResult]) -> None:
         try:
-            result = self._engine.run_turn(
-                prompt,
-                model_name,
-                conversation_id=conversation_id,
-                sampling=sampling,
-                callbacks=self._callbacks,
-            )
-            self._report(result)
+            self._report(turn())
+        except ContextOverflow as exc:
+            self.replyFailed.emit(-1, ErrorKind.CONTEXT_OVERFLOW.value, str(exc))
         except HearthError as exc:
             self.replyFailed.emit(-1, "invalid_request", str(exc))
         except Exception as exc:
@@ -116,6 +172,25 @@ class ChatService(QObject):
         finally:
             self._set_busy(False)
             self.conversationsChanged.emit()
+
+    def _measure(self) -> None:
+        with self._measure_lock:
+            request, self._pending_measure = self._pending_measure, None
+        if request is None:
+            return
+        conversation_id, draft_text, model_name = request
+        try:
+            usage: ContextUsage = self._engine.measure_context(
+                conversation_id, draft_text, model_name, self._callbacks
+            )
+        except HearthError as exc:
+            # The meter has nothing to show; the next Send reports the same problem where it matters.
+            log.info("could not measure the context: %s", exc)
+            return
+        except Exception:
+            log.exception("measuring the context failed")
+            return
+        self.contextUsage.emit(usage)
 
     def _report(self, result: TurnResult) -> None:
         if result.stats is not None and result.status in ("complete", "stopped"):
@@ -134,5 +209,6 @@ class ChatService(QObject):
 
     def shutdown(self) -> None:
         self._engine.cancel()
-        self._worker.shutdown(wait=True)
+        # Queued measurements would load a model just to be thrown away.
+        self._worker.shutdown(wait=True, cancel_futures=True)
         self._engine.close()

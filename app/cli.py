@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import getpass
 import json
 import signal
 import sys
@@ -11,12 +12,20 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from app.core import Core
 from app.engine import ChatEngine, TurnCallbacks
 from app.errors import HearthError
+from app.library import STARTER_SOURCE
 from app.paths import HearthPaths, resolve_home
+from inference.gguf import GGUFHeader
+
+if TYPE_CHECKING:
+    # Imported where used: huggingface_hub adds a third of a second to every `hearth` start.
+    from app.downloads import DownloadProgress
+    from app.hub import HubClient, RemoteModel, RepoListing, UpdateCheck
+    from inference.estimator import FitEstimate, Recommendation
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -34,7 +43,33 @@ def _common() -> argparse.ArgumentParser:
         help="data directory (default: $HEARTH_HOME or the platform's data directory)",
     )
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
+    common.add_argument(
+        "--endpoint",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="Hugging Face Hub or mirror (default: the hf_endpoint setting, $HF_ENDPOINT, huggingface.co)",
+    )
     return common
+
+
+def _add_fit_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--context", type=_positive_int, metavar="N", help="context length to plan for")
+    parser.add_argument("--vram", type=_non_negative_int, metavar="MIB", help="plan for this much free VRAM")
+    parser.add_argument("--ram", type=_non_negative_int, metavar="MIB", help="plan for this much free RAM")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +97,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
     models_import.add_argument("path", metavar="PATH")
     models_import.add_argument("--name")
+    models_search = models_sub.add_parser(
+        "search", parents=[common], help="search the Hub for repositories with GGUF models"
+    )
+    models_search.add_argument("query", metavar="QUERY")
+    models_search.add_argument("--limit", type=_positive_int, default=20, metavar="N")
+    models_search.add_argument("--json", action="store_true")
+    models_files = models_sub.add_parser(
+        "files", parents=[common], help="a repository's GGUF files and how each fits this machine"
+    )
+    models_files.add_argument("repo", metavar="REPO")
+    models_files.add_argument("--revision", metavar="R", help="branch, tag or commit (default: main)")
+    _add_fit_options(models_files)
+    models_files.add_argument("--json", action="store_true")
+    models_download = models_sub.add_parser(
+        "download",
+        parents=[common],
+        help="download, verify and install a GGUF model from the Hub (run again to resume)",
+    )
+    models_download.add_argument("repo", metavar="REPO")
+    which = models_download.add_mutually_exclusive_group()
+    which.add_argument("file", nargs="?", metavar="FILE", help="file name in the repository")
+    which.add_argument("--quant", metavar="Q", help="the file with this quantization (e.g. Q4_K_M)")
+    which.add_argument("--recommended", action="store_true", help="the file Hearth recommends here")
+    models_download.add_argument("--revision", metavar="R", help="branch, tag or commit (default: main)")
+    models_download.add_argument("--name", help="name in the library (default: from the file name)")
+    _add_fit_options(models_download)
+    models_verify = models_sub.add_parser(
+        "verify", parents=[common], help="re-hash an installed model's files"
+    )
+    models_verify.add_argument("name", metavar="NAME")
+    models_verify.add_argument(
+        "--check-hub", action="store_true", help="also ask the Hub whether main now has different bytes"
+    )
+    models_verify.add_argument("--json", action="store_true")
+    models_remove = models_sub.add_parser(
+        "remove", parents=[common], help="remove an installed model and delete its files"
+    )
+    models_remove.add_argument("name", metavar="NAME")
+
+    token = sub.add_parser(
+        "token", parents=[common], help="the Hugging Face token, kept in the system keyring"
+    )
+    token_sub = token.add_subparsers(dest="token_command", metavar="ACTION", required=True)
+    token_sub.add_parser("set", parents=[common], help="read a token from standard input and store it")
+    token_sub.add_parser("clear", parents=[common], help="remove the stored token")
+    token_sub.add_parser("status", parents=[common], help="whether a token is stored, and where")
 
     conv = sub.add_parser("conversations", parents=[common], help="stored conversations")
     conv_sub = conv.add_subparsers(dest="conversations_command", metavar="ACTION", required=True)
@@ -120,6 +201,360 @@ def cmd_models(core: Core, args: argparse.Namespace, out: TextIO) -> int:
         size = f"{m.size_bytes / 1024 / 1024:.0f} MiB"
         out.write(f"{m.name}\t{m.quantization or '?'}\t{size}\t{m.sha256[:12]}\n")
     return EXIT_OK
+
+
+HUB_ACTIONS = frozenset({"search", "files", "download", "verify", "remove"})
+
+
+def _hub(core: Core, args: argparse.Namespace) -> HubClient:
+    from app.hub import HubClient
+    from app.token import HubToken
+
+    endpoint = getattr(args, "endpoint", None) or core.settings.hf_endpoint
+    return HubClient(endpoint, HubToken().get())
+
+
+def cmd_models_hub(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    action = args.models_command
+    if action == "search":
+        return _cmd_search(core, args, out)
+    if action == "files":
+        return _cmd_files(core, args, out)
+    if action == "download":
+        return _cmd_download(core, args, out, err)
+    if action == "verify":
+        return _cmd_verify(core, args, out, err)
+    return _cmd_remove(core, args, out)
+
+
+def _cmd_search(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    hub = _hub(core, args)
+    results = hub.search(args.query, limit=args.limit)
+    if args.json:
+        rows = [
+            {
+                "repo_id": r.repo_id,
+                "downloads": r.downloads,
+                "likes": r.likes,
+                "license": r.license,
+                "gated": r.gated,
+                "last_modified": r.last_modified.isoformat() if r.last_modified else None,
+            }
+            for r in results
+        ]
+        _print_json({"endpoint": hub.endpoint, "query": args.query, "results": rows}, out)
+        return EXIT_OK
+    if not results:
+        out.write(f"No GGUF repositories match {args.query!r} on {hub.endpoint}.\n")
+    for r in results:
+        modified = r.last_modified.date().isoformat() if r.last_modified else "?"
+        gated = "\tgated" if r.gated else ""
+        out.write(
+            f"{r.repo_id}\t{r.downloads or 0} downloads\t{r.likes or 0} likes\t{r.license or '?'}"
+            f"\t{modified}{gated}\n"
+        )
+    return EXIT_OK
+
+
+@dataclasses.dataclass(frozen=True)
+class _FileFit:
+    model: RemoteModel
+    header: GGUFHeader | None
+    error: str | None
+    estimate: FitEstimate | None
+    recommended: bool
+
+
+def _assess(
+    core: Core, args: argparse.Namespace, hub: HubClient, listing: RepoListing
+) -> tuple[list[_FileFit], Recommendation | None, int]:
+    """Every model's remote header and fit at the requested context, and the recommendation."""
+    from inference.estimator import estimate_fit, recommend
+    from inference.hardware import probe_hardware
+
+    context = args.context or core.settings.context_length
+    hardware = probe_hardware(vram_override_mib=args.vram, ram_override_mib=args.ram)
+    headers = hub.read_headers(listing, listing.models)
+    readable = [(i, h) for i, h in enumerate(headers) if isinstance(h, GGUFHeader)]
+    recommendation = recommend([h for _, h in readable], hardware, context=context) if readable else None
+    chosen = (
+        readable[recommendation.index][0]
+        if recommendation is not None and recommendation.index is not None
+        else None
+    )
+    fits = [
+        _FileFit(model, h, None, estimate_fit(h, hardware, context=context), i == chosen)
+        if isinstance(h, GGUFHeader)
+        else _FileFit(model, None, str(h), None, False)
+        for i, (model, h) in enumerate(zip(listing.models, headers, strict=True))
+    ]
+    return fits, recommendation, context
+
+
+def _fit_json(fit: _FileFit) -> dict[str, Any]:
+    model, estimate = fit.model, fit.estimate
+    quantization = (fit.header.quantization if fit.header else None) or model.quantization
+    return {
+        "name": model.name,
+        "filename": model.filename,
+        "parts": [{"filename": p.filename, "size_bytes": p.size, "sha256": p.sha256} for p in model.parts],
+        "quantization": quantization,
+        "size_bytes": model.size,
+        "sha256": model.parts[0].sha256,
+        "verdict": estimate.verdict if estimate else None,
+        "n_gpu_layers": estimate.n_gpu_layers if estimate else None,
+        "n_layers": estimate.n_layers if estimate else None,
+        "gpu_bytes": estimate.gpu_bytes if estimate else None,
+        "ram_bytes": estimate.ram_bytes if estimate else None,
+        "max_context": estimate.max_context if estimate else None,
+        "kv_type": estimate.kv_type if estimate else None,
+        "expected_speed_ratio": estimate.expected_speed_ratio if estimate else None,
+        "notes": list(estimate.notes) if estimate else [],
+        "recommended": fit.recommended,
+        "error": fit.error,
+    }
+
+
+def _cmd_files(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    hub = _hub(core, args)
+    listing = hub.list_files(args.repo, args.revision)
+    fits, recommendation, context = _assess(core, args, hub, listing)
+    if args.json:
+        _print_json(
+            {
+                "endpoint": hub.endpoint,
+                "repo_id": listing.repo_id,
+                "revision": listing.revision,
+                "commit": listing.commit,
+                "gated": listing.gated,
+                "license": listing.license,
+                "context": context,
+                "files": [_fit_json(f) for f in fits],
+                "recommendation": (
+                    {
+                        "filename": next((f.model.filename for f in fits if f.recommended), None),
+                        "reason": recommendation.reason,
+                        "warnings": list(recommendation.warnings),
+                        "context": recommendation.estimate.context if recommendation.estimate else None,
+                        "kv_type": recommendation.estimate.kv_type if recommendation.estimate else None,
+                    }
+                    if recommendation is not None
+                    else None
+                ),
+                "rejected": [{"filename": name, "reason": why} for name, why in listing.rejected],
+            },
+            out,
+        )
+        return EXIT_OK
+    gated = ", gated" if listing.gated else ""
+    out.write(
+        f"{listing.repo_id} at {listing.commit[:12]} ({listing.revision}{gated}); "
+        f"estimates for {context} tokens of context\n"
+    )
+    if not fits:
+        out.write("No GGUF models in this repository.\n")
+    for fit in fits:
+        row = _fit_json(fit)
+        size = _mib(row["size_bytes"]) if row["size_bytes"] is not None else "?"
+        sha = (row["sha256"] or "?")[:12]
+        mark = "  *recommended" if fit.recommended else ""
+        if fit.estimate is None:
+            out.write(
+                f"{row['quantization'] or '?'}\t{size}\t{sha}\tunreadable: {fit.error}\t{row['filename']}\n"
+            )
+            continue
+        e = fit.estimate
+        memory = f"GPU {_mib(e.gpu_bytes)} + RAM {_mib(e.ram_bytes)}"
+        out.write(
+            f"{row['quantization'] or '?'}\t{size}\t{sha}\t{e.verdict}\t{e.n_gpu_layers}/{e.n_layers} layers"
+            f"\t{memory}\tmax context {e.max_context}\t{row['filename']}{mark}\n"
+        )
+    if recommendation is not None:
+        out.write(f"Recommendation: {recommendation.reason}\n")
+        for warning in recommendation.warnings:
+            out.write(f"Warning: {warning}\n")
+    for name, why in listing.rejected:
+        out.write(f"Skipped {name}: {why}\n")
+    return EXIT_OK
+
+
+def _choose(core: Core, args: argparse.Namespace, hub: HubClient, listing: RepoListing) -> RemoteModel:
+    models = listing.models
+    if not models:
+        raise HearthError(f"{listing.repo_id} has no GGUF models at {listing.revision}.")
+    available = ", ".join(f"{m.filename} ({m.quantization or '?'})" for m in models)
+    if args.file:
+        for m in models:
+            if args.file in (m.name, *(p.filename for p in m.parts)):
+                return m
+        raise HearthError(f"{listing.repo_id} has no GGUF file {args.file!r}. Available: {available}.")
+    if args.quant:
+        matches = [m for m in models if (m.quantization or "").upper() == args.quant.upper()]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise HearthError(f"{listing.repo_id} has no {args.quant} file. Available: {available}.")
+        names = ", ".join(m.filename for m in matches)
+        raise HearthError(f"Several {args.quant} files in {listing.repo_id} ({names}); name the FILE.")
+    if args.recommended:
+        fits, recommendation, _ = _assess(core, args, hub, listing)
+        chosen = next((f.model for f in fits if f.recommended), None)
+        if chosen is None:
+            reason = recommendation.reason if recommendation is not None else "no file could be read"
+            raise HearthError(f"Nothing in {listing.repo_id} is recommended for this machine: {reason}")
+        return chosen
+    if len(models) == 1:
+        return models[0]
+    raise HearthError(
+        f"{listing.repo_id} has {len(models)} GGUF models; choose one with FILE, --quant Q or "
+        f"--recommended. Available: {available}."
+    )
+
+
+class _ProgressBar:
+    """On a terminal, one line redrawn in place; otherwise a line every 10%."""
+
+    def __init__(self, err: TextIO) -> None:
+        self._err = err
+        self._tty = err.isatty()
+        self._last_decile = -1
+
+    def __call__(self, p: DownloadProgress) -> None:
+        percent = 100.0 * p.done / p.total if p.total else 100.0
+        eta = f"{int(p.eta_s) // 60}:{int(p.eta_s) % 60:02d}" if p.eta_s is not None else "--:--"
+        part = f" part {p.part}/{p.parts}" if p.parts > 1 else ""
+        line = (
+            f"{percent:5.1f}%  {_mib(p.done)} of {_mib(p.total)}  "
+            f"{p.speed_bps / (1 << 20):6.1f} MiB/s  ETA {eta}{part}"
+        )
+        if self._tty:
+            self._err.write(f"\r{line}  ")
+        elif int(percent // 10) != self._last_decile:
+            self._last_decile = int(percent // 10)
+            self._err.write(line + "\n")
+        self._err.flush()
+
+    def end(self) -> None:
+        if self._tty:
+            self._err.write("\n")
+            self._err.flush()
+
+
+def _cmd_download(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from app.downloads import Downloader
+
+    hub = _hub(core, args)
+    listing = hub.list_files(args.repo, args.revision)
+    model = _choose(core, args, hub, listing)
+    err.write(f"Downloading {listing.repo_id}/{model.filename} at {listing.commit[:12]}\n")
+    bar = _ProgressBar(err)
+    try:
+        installed = Downloader(hub, core.library).download(listing, model, name=args.name, progress=bar)
+    except KeyboardInterrupt:
+        err.write("hearth: interrupted; the partial download is kept: run the same command to resume\n")
+        return EXIT_INTERRUPTED
+    finally:
+        bar.end()
+    out.write(
+        f"Installed {installed.name} ({installed.quantization or '?'}, {_mib(installed.total_size_bytes)}, "
+        f"sha256 {installed.sha256}) from {listing.repo_id}@{listing.commit[:12]}\n"
+    )
+    return EXIT_OK
+
+
+def _cmd_verify(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    model = core.library.get(args.name)
+    intact = core.library.verify(args.name)
+    update: UpdateCheck | None = None
+    if args.check_hub and model.repo_id is not None:
+        update = _hub(core, args).check_update(model)
+    if args.json:
+        hub_json = (
+            {
+                "branch": update.branch,
+                "commit": update.commit,
+                "changed": update.changed,
+                "detail": update.detail,
+            }
+            if update is not None
+            else None
+        )
+        _print_json({"name": model.name, "intact": intact, "hub": hub_json}, out)
+    else:
+        if intact:
+            out.write(f"{model.name}: intact (sha256 {model.sha256})\n")
+        if args.check_hub and model.repo_id is None:
+            out.write(f"{model.name} was not downloaded from the Hub; there is nothing to compare.\n")
+        if update is not None:
+            out.write(f"Hub: {update.detail}\n")
+    if not intact:
+        err.write(
+            f"hearth: {model.name} is damaged or missing: its files no longer match the SHA-256 recorded at "
+            f"install. Remove it and download or import it again.\n"
+        )
+        return EXIT_USER_ERROR
+    return EXIT_OK
+
+
+def _cmd_remove(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    model = core.library.get(args.name)
+    if model.source == STARTER_SOURCE:
+        raise HearthError(
+            f"{model.name} is the built-in starter model; it comes back at every start and cannot be removed."
+        )
+    deleted = core.library.remove(args.name, delete_file=True)
+    if deleted and model.repo_id is not None:
+        # Empty folders of the repo are ours: they were made for this download.
+        folder = model.path.parent
+        while folder != core.library.models_dir and folder.is_relative_to(core.library.models_dir):
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+            folder = folder.parent
+    freed = f"; freed {_mib(model.total_size_bytes)}" if deleted else ""
+    out.write(f"Removed {model.name}{freed}\n")
+    return EXIT_OK
+
+
+def _read_token(err: TextIO) -> str:
+    if sys.stdin is not None and sys.stdin.isatty():
+        return getpass.getpass("Hugging Face token (input hidden): ", stream=err)
+    return sys.stdin.readline() if sys.stdin is not None else ""
+
+
+def cmd_token(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from app.token import HubToken
+
+    token = HubToken()
+    action = args.token_command
+    if action == "set":
+        result = token.set(_read_token(err))
+        if not result.persisted:
+            err.write(f"hearth: the token was not saved: {result.reason}\n")
+            return EXIT_USER_ERROR
+        out.write("Token saved in the system keyring.\n")
+        return EXIT_OK
+    if action == "clear":
+        result = token.clear()
+        if not result.persisted:
+            err.write(f"hearth: {result.reason}\n")
+            return EXIT_USER_ERROR
+        out.write("Token removed.\n")
+        return EXIT_OK
+    status = token.status()
+    if status.present:
+        where = "the system keyring" if status.persisted else "memory only"
+        out.write(f"Token: set (in {where}; keyring backend {status.backend})\n")
+    else:
+        out.write(f"Token: not set (keyring backend {status.backend})\n")
+    if status.reason:
+        out.write(f"Keyring: {status.reason}\n")
+    return EXIT_OK
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
 
 
 def _message_json(m: Any) -> dict[str, Any]:
@@ -288,10 +723,14 @@ def main(
             return gui(paths, bool(getattr(args, "smoke_test", False)))
         if args.command == "doctor":
             return cmd_doctor(paths, args, out)
+        if args.command == "token":
+            return cmd_token(args, out, err)
         core = Core.open(paths)
         try:
             if args.command == "chat":
                 return cmd_chat(core, args, out, err)
+            if args.command == "models" and args.models_command in HUB_ACTIONS:
+                return cmd_models_hub(core, args, out, err)
             if args.command == "models":
                 return cmd_models(core, args, out)
             return cmd_conversations(core, args, out)

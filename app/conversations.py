@@ -1,26 +1,60 @@
-"""Conversations and their messages, handed out as frozen dataclasses (never ORM objects)."""
+"""Conversations and their messages, handed out as frozen dataclasses (never ORM objects).
+
+A conversation's messages form a tree: each message names the one it follows (`parent_id`). Regenerating a
+reply adds a sibling of the old reply; editing a prompt adds a sibling of the old prompt. The transcript the
+user sees is the path from the root to the conversation's current leaf, so earlier branches stay and can be
+returned to.
+"""
 
 from __future__ import annotations
 
+import enum
 import json
-from collections.abc import Mapping
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Final, Literal, cast
 
-from sqlalchemy import Select, func, select, update
+from sqlalchemy import Row, Select, Table, delete, func, insert, select, text, update
 from sqlalchemy.orm import Session
 
+from app.chat_import import HEARTH_FORMAT, HEARTH_VERSION, ImportedConversation, ParsedImport, parse_file
 from app.db import Database
-from app.errors import ConversationNotFound, HearthError
+from app.errors import ConversationNotFound, HearthError, MessageNotFound
 from app.models_orm import MESSAGE_STATUSES, ROLES, ConversationRow, MessageRow
+from app.settings import clean_generation_settings, write_text_atomically
 
 DEFAULT_TITLE = "New chat"
 AUTO_TITLE_CHARS = 60
-EXPORT_FORMAT = "hearth.conversation"
-EXPORT_VERSION = 1
+EXPORT_FORMAT = HEARTH_FORMAT
+EXPORT_VERSION = HEARTH_VERSION
+EXPORT_FORMATS = ("md", "json")
 FINAL_STATUSES = tuple(s for s in MESSAGE_STATUSES if s != "streaming")
 INTERRUPTED_ERROR = "The reply was cut off because Hearth or its model runner stopped before it finished."
+# Search snippets mark each hit with these; the GUI turns them into highlighting, the CLI into «».
+HIT_START = "\x02"
+HIT_END = "\x03"
+SNIPPET_TOKENS = 16
+
+_CONVERSATIONS = cast(Table, ConversationRow.__table__)
+_MESSAGES = cast(Table, MessageRow.__table__)
+_WORD = re.compile(r"\w")
+_MESSAGE_HITS = (
+    "FROM messages_fts AS f JOIN messages AS m ON m.id = f.rowid "
+    "JOIN conversations AS c ON c.id = m.conversation_id"
+)
+
+
+class _Position(enum.Enum):
+    CURRENT_LEAF = "current leaf"
+
+
+# Where a new message goes when no parent is named: under the message the user is looking at.
+CURRENT_LEAF: Final = _Position.CURRENT_LEAF
+ParentChoice = int | None | Literal[_Position.CURRENT_LEAF]
 
 
 @dataclass(frozen=True)
@@ -31,7 +65,11 @@ class Conversation:
     created_at: datetime
     updated_at: datetime
     model_name: str | None
-    message_count: int
+    message_count: int  # every message in the tree, all branches
+    pinned: bool = False
+    trashed_at: datetime | None = None
+    settings: dict[str, Any] | None = None  # app.settings.GENERATION_KEYS chosen for this conversation
+    current_leaf_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -52,13 +90,43 @@ class Message:
     seed: int | None
     created_at: datetime
     updated_at: datetime
+    parent_id: int | None = None
+    sibling_index: int = 1  # 1-based position among the messages with the same parent, oldest first
+    sibling_count: int = 1
+    template: str | None = None  # chat template that produced a reply: "gguf" or "fallback:<format>"
+    quantization: str | None = None
+    context_note: str | None = None  # what the overflow policy left out of this reply's prompt
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    conversation_id: int
+    message_id: int | None  # None when the conversation's title matched
+    title: str
+    snippet: str  # the matching text with each hit between HIT_START and HIT_END
+    rank: float  # bm25: lower is better; comparable only among hits of the same kind
+    role: str | None = None  # the matching message's role
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    conversations: int
+    messages: int
+    skipped: int  # messages in the file that were left out (system, tool, hidden or empty)
+    conversation_ids: tuple[int, ...] = ()
+    source: str = ""  # "hearth" or "chatgpt"
+    skipped_conversations: int = 0  # conversations with nothing to import
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _conversation(row: ConversationRow, message_count: int) -> Conversation:
+def _json_or_none(text_value: str | None) -> dict[str, Any] | None:
+    return cast(dict[str, Any], json.loads(text_value)) if text_value is not None else None
+
+
+def _conversation(row: ConversationRow | Row[Any]) -> Conversation:
     return Conversation(
         id=row.id,
         title=row.title,
@@ -66,11 +134,15 @@ def _conversation(row: ConversationRow, message_count: int) -> Conversation:
         created_at=row.created_at,
         updated_at=row.updated_at,
         model_name=row.model_name,
-        message_count=message_count,
+        message_count=row.message_count,
+        pinned=bool(row.pinned),
+        trashed_at=row.trashed_at,
+        settings=_json_or_none(row.settings_json),
+        current_leaf_id=row.current_leaf_id,
     )
 
 
-def _message(row: MessageRow) -> Message:
+def _message(row: MessageRow | Row[Any], position: tuple[int, int]) -> Message:
     return Message(
         id=row.id,
         conversation_id=row.conversation_id,
@@ -84,10 +156,16 @@ def _message(row: MessageRow) -> Message:
         completion_tokens=row.completion_tokens,
         ttft_ms=row.ttft_ms,
         tokens_per_second=row.tokens_per_second,
-        sampling=json.loads(row.sampling_json) if row.sampling_json is not None else None,
+        sampling=_json_or_none(row.sampling_json),
         seed=row.seed,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        parent_id=row.parent_id,
+        sibling_index=position[0],
+        sibling_count=position[1],
+        template=row.template,
+        quantization=row.quantization,
+        context_note=row.context_note,
     )
 
 
@@ -95,8 +173,12 @@ def _not_found(conversation_id: int) -> ConversationNotFound:
     return ConversationNotFound(f"There is no conversation {conversation_id}; it may have been deleted.")
 
 
-def _one_line_title(text: str) -> str:
-    title = " ".join(text.split())
+def _message_not_found(message_id: int) -> MessageNotFound:
+    return MessageNotFound(f"There is no message {message_id}; it may have been deleted.")
+
+
+def _one_line_title(text_value: str) -> str:
+    title = " ".join(text_value.split())
     if len(title) <= AUTO_TITLE_CHARS:
         return title
     cut = title[:AUTO_TITLE_CHARS]
@@ -107,11 +189,85 @@ def _one_line_title(text: str) -> str:
     return cut.rstrip() + "…"
 
 
+def match_expression(query: str) -> str | None:
+    """The FTS5 query for what the user typed: every word must occur, the last one as a prefix.
+
+    Each whitespace-separated piece is quoted, so FTS5 operators and stray quotes or brackets are plain
+    text and can never be a syntax error. None when there is nothing to search for.
+    """
+    pieces = [piece for piece in query.split() if _WORD.search(piece)]
+    if not pieces:
+        return None
+    quoted = ['"' + piece.replace('"', '""') + '"' for piece in pieces]
+    # Search as you type: the word being typed matches what it starts.
+    if _WORD.match(pieces[-1][-1]):
+        quoted[-1] += "*"
+    return " ".join(quoted)
+
+
+def _ids_json(ids: Iterable[int]) -> str:
+    # One bound JSON array instead of one parameter per id: a path can be longer than SQLite's limit.
+    return json.dumps(list(ids))
+
+
+def _in_ids(ids_json: str) -> Select[tuple[Any]]:
+    return select(func.json_each(ids_json).table_valued("value").c.value)
+
+
+class _Tree:
+    """The shape of one conversation (ids and parents only), read from an index without the text."""
+
+    def __init__(self, pairs: Iterable[tuple[int, int | None]]) -> None:
+        self.parent: dict[int, int | None] = {}
+        self.children: dict[int | None, list[int]] = {}
+        for message_id, parent_id in sorted(pairs):
+            self.parent[message_id] = parent_id
+            self.children.setdefault(parent_id, []).append(message_id)
+
+    @classmethod
+    def load(cls, session: Session, conversation_id: int) -> _Tree:
+        rows = session.execute(
+            select(MessageRow.id, MessageRow.parent_id).where(MessageRow.conversation_id == conversation_id)
+        )
+        return cls((message_id, parent_id) for message_id, parent_id in rows)
+
+    def path_to(self, message_id: int | None) -> list[int]:
+        path: list[int] = []
+        while message_id is not None:
+            path.append(message_id)
+            message_id = self.parent[message_id]
+        path.reverse()
+        return path
+
+    def subtree(self, message_id: int) -> list[int]:
+        found, stack = [], [message_id]
+        while stack:
+            current = stack.pop()
+            found.append(current)
+            stack.extend(self.children.get(current, ()))
+        return found
+
+    def latest_leaf(self, message_id: int | None) -> int | None:
+        """The most recently created leaf at or below the message (or in the whole tree, for None)."""
+        tops = [message_id] if message_id is not None else self.children.get(None, [])
+        leaves = [m for top in tops for m in self.subtree(top) if m not in self.children]
+        return max(leaves, default=message_id)
+
+    def position(self, message_id: int) -> tuple[int, int]:
+        siblings = self.children[self.parent[message_id]]
+        return siblings.index(message_id) + 1, len(siblings)
+
+    def leaf_or_latest(self, stored: int | None) -> int | None:
+        return stored if stored is not None and stored in self.parent else self.latest_leaf(None)
+
+
 class ConversationStore:
     """Every method runs in its own short transaction and may be called from any thread."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
+
+    # Conversations ---------------------------------------------------------------------------------------
 
     def create_conversation(
         self, title: str = DEFAULT_TITLE, system_prompt: str | None = None
@@ -123,17 +279,34 @@ class ConversationStore:
         with self._db.session() as session:
             session.add(row)
             session.flush()
-            return _conversation(row, 0)
+            return self._get(session, row.id)
 
     def list_conversations(self) -> list[Conversation]:
-        """Most recently updated first, with message counts, in one query."""
+        """Pinned first, then the most recently updated; conversations in the trash are left out."""
         with self._db.read_session() as session:
             rows = session.execute(
-                self._with_counts().order_by(ConversationRow.updated_at.desc(), ConversationRow.id.desc())
-            ).all()
-            return [_conversation(row, count) for row, count in rows]
+                select(_CONVERSATIONS)
+                .where(ConversationRow.trashed_at.is_(None))
+                .order_by(
+                    ConversationRow.pinned.desc(),
+                    ConversationRow.updated_at.desc(),
+                    ConversationRow.id.desc(),
+                )
+            )
+            return [_conversation(row) for row in rows]
+
+    def list_trashed(self) -> list[Conversation]:
+        """Conversations in the trash, most recently trashed first."""
+        with self._db.read_session() as session:
+            rows = session.execute(
+                select(_CONVERSATIONS)
+                .where(ConversationRow.trashed_at.is_not(None))
+                .order_by(ConversationRow.trashed_at.desc(), ConversationRow.id.desc())
+            )
+            return [_conversation(row) for row in rows]
 
     def get_conversation(self, conversation_id: int) -> Conversation:
+        """Also finds a conversation in the trash (its window may still be showing it)."""
         with self._db.read_session() as session:
             return self._get(session, conversation_id)
 
@@ -143,6 +316,8 @@ class ConversationStore:
             row.title = self._clean_title(title)
             row.updated_at = _now()
             session.flush()
+            # The old title's words would otherwise stay in the search index's older segments.
+            self._compact_search_index(session, messages=False)
             return self._get(session, conversation_id)
 
     def set_conversation_model(self, conversation_id: int, model_name: str | None) -> None:
@@ -150,6 +325,28 @@ class ConversationStore:
             row = self._row(session, conversation_id)
             row.model_name = model_name
             row.updated_at = _now()
+
+    def set_pinned(self, conversation_id: int, pinned: bool) -> Conversation:
+        with self._db.session() as session:
+            self._row(session, conversation_id).pinned = pinned
+            session.flush()
+            return self._get(session, conversation_id)
+
+    def set_conversation_settings(
+        self, conversation_id: int, system_prompt: str | None, settings: Mapping[str, object]
+    ) -> Conversation:
+        """Replace the conversation's system prompt and generation settings (app.settings.GENERATION_KEYS).
+
+        An empty mapping means "use the model's defaults and the global settings". Raises HearthError
+        naming the first bad setting; nothing is changed then.
+        """
+        cleaned = clean_generation_settings(settings)
+        with self._db.session() as session:
+            row = self._row(session, conversation_id)
+            row.system_prompt = system_prompt if system_prompt and system_prompt.strip() else None
+            row.settings_json = json.dumps(cleaned, sort_keys=True) if cleaned else None
+            session.flush()
+            return self._get(session, conversation_id)
 
     def auto_title(self, conversation_id: int, first_prompt: str) -> Conversation:
         """Title the conversation after its first prompt, unless the user already named it."""
@@ -162,30 +359,141 @@ class ConversationStore:
                 session.flush()
             return self._get(session, conversation_id)
 
+    def trash_conversation(self, conversation_id: int) -> None:
+        """Hide the conversation (undo with restore_conversation); purge_trashed deletes it for good."""
+        with self._db.session() as session:
+            self._row(session, conversation_id).trashed_at = _now()
+
+    def restore_conversation(self, conversation_id: int) -> Conversation:
+        with self._db.session() as session:
+            self._row(session, conversation_id).trashed_at = None
+            session.flush()
+            return self._get(session, conversation_id)
+
+    def purge_trashed(self) -> int:
+        """Delete every conversation in the trash as delete_conversation does; returns how many."""
+        with self._db.session() as session:
+            trashed = session.scalars(
+                select(ConversationRow.id).where(ConversationRow.trashed_at.is_not(None))
+            ).all()
+            if trashed:
+                session.execute(delete(ConversationRow).where(ConversationRow.id.in_(trashed)))
+                self._compact_search_index(session)
+        if trashed:
+            self._db.checkpoint()
+        return len(trashed)
+
     def delete_conversation(self, conversation_id: int) -> None:
         """Delete the conversation and its messages so that none of their text stays on disk.
 
-        secure_delete zeroes the freed space in the database file; the checkpoint then folds the WAL
-        (which still holds the old pages) into the file and truncates it.
+        secure_delete zeroes the freed space in the database file; compacting the search index removes
+        the words it still held; the checkpoint then folds the WAL (which still holds the old pages) into
+        the file and truncates it.
         """
         with self._db.session() as session:
             session.delete(self._row(session, conversation_id))
+            session.flush()
+            self._compact_search_index(session)
         self._db.checkpoint()
 
+    # Messages --------------------------------------------------------------------------------------------
+
     def list_messages(self, conversation_id: int) -> list[Message]:
+        """The visible transcript: the path from the root to the current leaf."""
+        with self._db.read_session() as session:
+            row = self._row(session, conversation_id)
+            tree = _Tree.load(session, conversation_id)
+            return self._messages(session, tree, tree.path_to(tree.leaf_or_latest(row.current_leaf_id)))
+
+    def list_all_messages(self, conversation_id: int) -> list[Message]:
+        """Every message of every branch, oldest first (a parent always comes before its children)."""
         with self._db.read_session() as session:
             self._row(session, conversation_id)
-            return self._messages(session, conversation_id)
+            rows = session.execute(
+                select(_MESSAGES).where(MessageRow.conversation_id == conversation_id).order_by(MessageRow.id)
+            ).all()
+            tree = _Tree((row.id, row.parent_id) for row in rows)
+            return [_message(row, tree.position(row.id)) for row in rows]
+
+    def get_message(self, message_id: int) -> Message:
+        with self._db.read_session() as session:
+            row = self._message_row(session, message_id)
+            return _message(row, self._position(session, row.conversation_id, row.parent_id, row.id))
+
+    def path_to(self, message_id: int) -> list[Message]:
+        """The messages from the root down to this one, inclusive."""
+        with self._db.read_session() as session:
+            row = self._message_row(session, message_id)
+            tree = _Tree.load(session, row.conversation_id)
+            return self._messages(session, tree, tree.path_to(message_id))
+
+    def siblings(self, message_id: int) -> list[Message]:
+        """The messages with the same parent (alternatives to each other), oldest first."""
+        with self._db.read_session() as session:
+            row = self._message_row(session, message_id)
+            tree = _Tree.load(session, row.conversation_id)
+            return self._messages(session, tree, tree.children[row.parent_id])
+
+    def switch_to(self, message_id: int) -> list[Message]:
+        """Show the branch through this message, down to the most recent reply below it.
+
+        Returns the new visible path. Does not reorder the conversation list: nothing was written.
+        """
+        with self._db.session() as session:
+            row = self._message_row(session, message_id)
+            tree = _Tree.load(session, row.conversation_id)
+            leaf = tree.latest_leaf(message_id)
+            session.execute(
+                update(ConversationRow)
+                .where(ConversationRow.id == row.conversation_id)
+                .values(current_leaf_id=leaf)
+            )
+            return self._messages(session, tree, tree.path_to(leaf))
+
+    def delete_message(self, message_id: int) -> list[Message]:
+        """Delete a message and everything below it, leaving none of their text on disk.
+
+        If the transcript was showing the deleted branch, it moves to a remaining alternative (the
+        previous sibling, else the next), or to the parent when there is none. Returns the new path.
+        """
+        with self._db.session() as session:
+            row = self._message_row(session, message_id)
+            conversation = self._row(session, row.conversation_id)
+            tree = _Tree.load(session, row.conversation_id)
+            doomed = tree.subtree(message_id)
+            leaf = tree.leaf_or_latest(conversation.current_leaf_id)
+            if leaf is None or leaf in doomed:
+                siblings = [s for s in tree.children[row.parent_id] if s != message_id]
+                before = [s for s in siblings if s < message_id]
+                replacement = before[-1] if before else (siblings[0] if siblings else None)
+                leaf = tree.latest_leaf(replacement) if replacement is not None else row.parent_id
+            # One statement: the parent links inside the subtree are checked once, at its end.
+            session.execute(delete(MessageRow).where(MessageRow.id.in_(_in_ids(_ids_json(doomed)))))
+            conversation.current_leaf_id = leaf
+            conversation.updated_at = _now()
+            session.flush()
+            self._compact_search_index(session)
+            remaining = _Tree.load(session, row.conversation_id)
+            path = self._messages(session, remaining, remaining.path_to(leaf))
+        self._db.checkpoint()
+        return path
 
     def add_message(
-        self, conversation_id: int, role: str, content: str, *, status: str = "complete"
+        self,
+        conversation_id: int,
+        role: str,
+        content: str,
+        *,
+        status: str = "complete",
+        parent_id: ParentChoice = CURRENT_LEAF,
     ) -> Message:
+        """Add a message after `parent_id` (default: the current leaf; None: a new root) and show it."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, not {role!r}")
         if status not in MESSAGE_STATUSES:
             raise ValueError(f"status must be one of {MESSAGE_STATUSES}, not {status!r}")
         return self._insert_message(
-            MessageRow(conversation_id=conversation_id, role=role, content=content, status=status)
+            MessageRow(conversation_id=conversation_id, role=role, content=content, status=status), parent_id
         )
 
     def start_assistant_message(
@@ -196,6 +504,10 @@ class ConversationStore:
         model_sha256: str,
         sampling: Mapping[str, Any],
         seed: int | None,
+        parent_id: ParentChoice = CURRENT_LEAF,
+        template: str | None = None,
+        quantization: str | None = None,
+        context_note: str | None = None,
     ) -> Message:
         """The reply's row exists from before the first token, so a crash mid-reply keeps what came."""
         return self._insert_message(
@@ -208,7 +520,11 @@ class ConversationStore:
                 model_sha256=model_sha256,
                 sampling_json=json.dumps(dict(sampling), sort_keys=True),
                 seed=seed,
-            )
+                template=template,
+                quantization=quantization,
+                context_note=context_note,
+            ),
+            parent_id,
         )
 
     def flush_streaming_text(self, message_id: int, content: str) -> bool:
@@ -284,18 +600,69 @@ class ConversationStore:
                 self._touch(session, conversation_id, now)
             return len(conversation_ids)
 
-    def export_json(self, conversation_id: int) -> dict[str, Any]:
-        """A JSON-ready dict, stable across releases of the same `version`:
+    # Search ----------------------------------------------------------------------------------------------
 
-        {"format": "hearth.conversation", "version": 1,
-         "conversation": {"id", "title", "system_prompt", "created_at", "updated_at", "model_name"},
-         "messages": [{"id", "role", "content", "status", "error", "model_name", "model_sha256",
-                       "prompt_tokens", "completion_tokens", "ttft_ms", "tokens_per_second",
-                       "sampling", "seed", "created_at", "updated_at"}, ...]}
+    def search(self, query: str, limit: int = 50) -> list[SearchHit]:
+        """Conversations whose title matches come first, then messages, each best match first.
 
-        Times are ISO-8601 strings in UTC; messages are in conversation order.
+        Every word must occur (the last one may be the start of a word). Conversations in the trash and
+        replies still streaming are not searched.
         """
-        conversation, messages = self._snapshot(conversation_id)
+        match = match_expression(query)
+        if match is None or limit < 1:
+            return []
+        with self._db.read_session() as session:
+            titles = session.execute(
+                text(
+                    "SELECT c.id, c.title, highlight(conversations_fts, 0, :start, :end) AS snippet, f.rank "
+                    "FROM conversations_fts AS f JOIN conversations AS c ON c.id = f.rowid "
+                    "WHERE conversations_fts MATCH :match AND c.trashed_at IS NULL "
+                    "ORDER BY f.rank LIMIT :limit"
+                ),
+                {"match": match, "start": HIT_START, "end": HIT_END, "limit": max(1, limit // 5)},
+            ).all()
+            hits = [SearchHit(row.id, None, row.title, row.snippet, row.rank) for row in titles]
+            # Ranked first, snippets after: a snippet reads the message text, so only the hits shown get one.
+            best = session.execute(
+                text(
+                    f"SELECT f.rowid AS id, f.rank {_MESSAGE_HITS} "
+                    "WHERE messages_fts MATCH :match AND c.trashed_at IS NULL ORDER BY f.rank LIMIT :limit"
+                ),
+                {"match": match, "limit": limit - len(hits)},
+            ).all()
+            if not best:
+                return hits
+            shown = session.execute(
+                text(
+                    "SELECT f.rowid AS id, m.conversation_id, m.role, c.title, "
+                    f"snippet(messages_fts, 0, :start, :end, '…', :tokens) AS snippet {_MESSAGE_HITS} "
+                    "WHERE messages_fts MATCH :match AND f.rowid IN (SELECT value FROM json_each(:ids))"
+                ),
+                {
+                    "match": match,
+                    "start": HIT_START,
+                    "end": HIT_END,
+                    "tokens": SNIPPET_TOKENS,
+                    "ids": _ids_json(row.id for row in best),
+                },
+            )
+            by_id = {row.id: row for row in shown}
+            for row in best:
+                found = by_id[row.id]
+                hits.append(
+                    SearchHit(found.conversation_id, row.id, found.title, found.snippet, row.rank, found.role)
+                )
+            return hits
+
+    # Export and import -----------------------------------------------------------------------------------
+
+    def export_json(self, conversation_id: int) -> dict[str, Any]:
+        """A JSON-ready dict, stable across releases of the same `version` (README: "JSON output")."""
+        with self._db.read_session() as session:
+            conversation = self._get(session, conversation_id)
+            rows = session.execute(
+                select(_MESSAGES).where(MessageRow.conversation_id == conversation_id).order_by(MessageRow.id)
+            ).all()
         return {
             "format": EXPORT_FORMAT,
             "version": EXPORT_VERSION,
@@ -306,31 +673,46 @@ class ConversationStore:
                 "created_at": conversation.created_at.isoformat(),
                 "updated_at": conversation.updated_at.isoformat(),
                 "model_name": conversation.model_name,
+                "pinned": conversation.pinned,
+                "settings": conversation.settings,
+                "current_leaf_id": _Tree((r.id, r.parent_id) for r in rows).leaf_or_latest(
+                    conversation.current_leaf_id
+                ),
             },
             "messages": [
                 {
-                    "id": m.id,
-                    "role": m.role,
-                    "content": m.content,
-                    "status": m.status,
-                    "error": m.error,
-                    "model_name": m.model_name,
-                    "model_sha256": m.model_sha256,
-                    "prompt_tokens": m.prompt_tokens,
-                    "completion_tokens": m.completion_tokens,
-                    "ttft_ms": m.ttft_ms,
-                    "tokens_per_second": m.tokens_per_second,
-                    "sampling": m.sampling,
-                    "seed": m.seed,
-                    "created_at": m.created_at.isoformat(),
-                    "updated_at": m.updated_at.isoformat(),
+                    "id": r.id,
+                    "parent_id": r.parent_id,
+                    "role": r.role,
+                    "content": r.content,
+                    "status": r.status,
+                    "error": r.error,
+                    "model_name": r.model_name,
+                    "model_sha256": r.model_sha256,
+                    "prompt_tokens": r.prompt_tokens,
+                    "completion_tokens": r.completion_tokens,
+                    "ttft_ms": r.ttft_ms,
+                    "tokens_per_second": r.tokens_per_second,
+                    "sampling": _json_or_none(r.sampling_json),
+                    "seed": r.seed,
+                    "template": r.template,
+                    "quantization": r.quantization,
+                    "context_note": r.context_note,
+                    "created_at": r.created_at.isoformat(),
+                    "updated_at": r.updated_at.isoformat(),
                 }
-                for m in messages
+                for r in rows
             ],
         }
 
     def export_markdown(self, conversation_id: int) -> str:
-        conversation, messages = self._snapshot(conversation_id)
+        """The visible branch as Markdown (other branches are counted, not shown)."""
+        with self._db.read_session() as session:
+            conversation = self._get(session, conversation_id)
+            tree = _Tree.load(session, conversation_id)
+            messages = self._messages(
+                session, tree, tree.path_to(tree.leaf_or_latest(conversation.current_leaf_id))
+            )
         lines = [
             f"# {conversation.title}",
             "",
@@ -338,17 +720,138 @@ class ConversationStore:
             f"{len(messages)} messages*",
             "",
         ]
+        hidden = conversation.message_count - len(messages)
+        if hidden > 0:
+            lines += [f"*The current branch is shown; {hidden} messages on other branches are not.*", ""]
         if conversation.system_prompt:
             lines += ["## System prompt", "", conversation.system_prompt, ""]
         for m in messages:
             heading = m.role.capitalize()
             if m.role == "assistant" and m.model_name:
                 heading += f" ({m.model_name})"
-            lines += [f"## {heading}", "", m.content, ""]
+            lines += [f"## {heading}", ""]
+            if m.context_note:
+                lines += [f"*[{m.context_note}]*", ""]
+            lines += [m.content, ""]
             if m.status != "complete":
                 note = f"*[{m.status}]*" if not m.error else f"*[{m.status}: {m.error}]*"
                 lines += [note, ""]
         return "\n".join(lines).rstrip("\n") + "\n"
+
+    def export_all(self, directory: Path, fmt: str) -> list[Path]:
+        """One file per conversation (not those in the trash), named `<id>-<title>.md|json`; returns them."""
+        if fmt not in EXPORT_FORMATS:
+            raise ValueError(f"fmt must be one of {EXPORT_FORMATS}, not {fmt!r}")
+        directory = Path(directory)
+        written: list[Path] = []
+        for conversation in self.list_conversations():
+            target = directory / export_filename(conversation, fmt)
+            if fmt == "md":
+                content = self.export_markdown(conversation.id)
+            else:
+                content = json.dumps(self.export_json(conversation.id), indent=2, ensure_ascii=False) + "\n"
+            try:
+                write_text_atomically(target, content)
+            except OSError as exc:
+                raise HearthError(
+                    f"Could not write {target}: {exc.strerror or exc}. {len(written)} of the conversations "
+                    "were exported before it."
+                ) from exc
+            written.append(target)
+        return written
+
+    def import_file(self, path: Path) -> ImportReport:
+        """Import a Hearth JSON export or ChatGPT's conversations.json, all of it or (on any error) nothing.
+
+        Raises HearthError naming the place in the file that could not be imported.
+        """
+        parsed = parse_file(Path(path))
+        ids = self._write_import(parsed)
+        return ImportReport(
+            conversations=len(ids),
+            messages=sum(len(c.messages) for c in parsed.conversations),
+            skipped=parsed.skipped_messages + sum(c.skipped for c in parsed.conversations),
+            conversation_ids=tuple(ids),
+            source=parsed.source,
+            skipped_conversations=parsed.skipped_conversations,
+        )
+
+    def _write_import(self, parsed: ParsedImport) -> list[int]:
+        with self._db.session() as session:
+            # The ids are handed out here, inside the write lock, so the whole file goes in with a few
+            # multi-row statements; AUTOINCREMENT's counter moves past them as usual.
+            next_conversation = self._next_id(session, "conversations")
+            next_message = self._next_id(session, "messages")
+            conversation_rows: list[dict[str, Any]] = []
+            message_rows: list[dict[str, Any]] = []
+            for conversation in parsed.conversations:
+                ids = {m.key: next_message + i for i, m in enumerate(conversation.messages)}
+                next_message += len(ids)
+                message_rows += self._imported_messages(conversation, next_conversation, ids)
+                conversation_rows.append(
+                    {
+                        "id": next_conversation,
+                        "title": self._clean_title(conversation.title),
+                        "system_prompt": conversation.system_prompt,
+                        "created_at": conversation.created_at,
+                        "updated_at": conversation.updated_at,
+                        "model_name": conversation.model_name,
+                        "current_leaf_id": self._imported_leaf(conversation, ids),
+                        "pinned": conversation.pinned,
+                        "trashed_at": None,
+                        "settings_json": json.dumps(conversation.settings, sort_keys=True)
+                        if conversation.settings
+                        else None,
+                    }
+                )
+                next_conversation += 1
+            if conversation_rows:
+                session.execute(insert(_CONVERSATIONS), conversation_rows)
+            if message_rows:
+                session.execute(insert(_MESSAGES), message_rows)
+            return [row["id"] for row in conversation_rows]
+
+    @staticmethod
+    def _imported_leaf(conversation: ImportedConversation, ids: Mapping[str, int]) -> int | None:
+        if conversation.current_key is not None:
+            return ids[conversation.current_key]
+        tree = _Tree(
+            (ids[m.key], ids[m.parent_key] if m.parent_key is not None else None)
+            for m in conversation.messages
+        )
+        return tree.latest_leaf(None)
+
+    @staticmethod
+    def _imported_messages(
+        conversation: ImportedConversation, conversation_id: int, ids: Mapping[str, int]
+    ) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": ids[m.key],
+                "conversation_id": conversation_id,
+                "parent_id": ids[m.parent_key] if m.parent_key is not None else None,
+                "role": m.role,
+                "content": m.content,
+                "status": m.status,
+                "error": m.error,
+                "model_name": m.model_name,
+                "model_sha256": m.model_sha256,
+                "prompt_tokens": m.prompt_tokens,
+                "completion_tokens": m.completion_tokens,
+                "ttft_ms": m.ttft_ms,
+                "tokens_per_second": m.tokens_per_second,
+                "sampling_json": json.dumps(m.sampling, sort_keys=True) if m.sampling is not None else None,
+                "seed": m.seed,
+                "template": m.template,
+                "quantization": m.quantization,
+                "context_note": m.context_note,
+                "created_at": m.created_at,
+                "updated_at": m.updated_at or m.created_at,
+            }
+            for m in conversation.messages
+        ]
+
+    # Helpers ---------------------------------------------------------------------------------------------
 
     @staticmethod
     def _clean_title(title: str) -> str:
@@ -358,25 +861,47 @@ class ConversationStore:
         return cleaned
 
     @staticmethod
-    def _with_counts() -> Select[ConversationRow, int]:
-        return (
-            select(ConversationRow, func.count(MessageRow.id))
-            .outerjoin(MessageRow, MessageRow.conversation_id == ConversationRow.id)
-            .group_by(ConversationRow.id)
-        )
-
-    @staticmethod
     def _row(session: Session, conversation_id: int) -> ConversationRow:
         row = session.get(ConversationRow, conversation_id)
         if row is None:
             raise _not_found(conversation_id)
         return row
 
-    def _get(self, session: Session, conversation_id: int) -> Conversation:
-        found = session.execute(self._with_counts().where(ConversationRow.id == conversation_id)).first()
-        if found is None:
+    @staticmethod
+    def _message_row(session: Session, message_id: int) -> MessageRow:
+        row = session.get(MessageRow, message_id)
+        if row is None:
+            raise _message_not_found(message_id)
+        return row
+
+    @staticmethod
+    def _get(session: Session, conversation_id: int) -> Conversation:
+        row = session.execute(select(_CONVERSATIONS).where(ConversationRow.id == conversation_id)).first()
+        if row is None:
             raise _not_found(conversation_id)
-        return _conversation(found[0], found[1])
+        return _conversation(row)
+
+    @staticmethod
+    def _messages(session: Session, tree: _Tree, ids: Sequence[int]) -> list[Message]:
+        if not ids:
+            return []
+        rows = session.execute(
+            select(_MESSAGES).where(MessageRow.id.in_(_in_ids(_ids_json(ids)))).order_by(MessageRow.id)
+        )
+        by_id = {row.id: row for row in rows}
+        return [_message(by_id[message_id], tree.position(message_id)) for message_id in ids]
+
+    @staticmethod
+    def _position(
+        session: Session, conversation_id: int, parent_id: int | None, message_id: int
+    ) -> tuple[int, int]:
+        same_parent = (
+            MessageRow.parent_id == parent_id
+            if parent_id is not None
+            else (MessageRow.conversation_id == conversation_id) & MessageRow.parent_id.is_(None)
+        )
+        siblings = session.scalars(select(MessageRow.id).where(same_parent).order_by(MessageRow.id)).all()
+        return siblings.index(message_id) + 1, len(siblings)
 
     @staticmethod
     def _touch(session: Session, conversation_id: int, now: datetime) -> None:
@@ -384,22 +909,56 @@ class ConversationStore:
             update(ConversationRow).where(ConversationRow.id == conversation_id).values(updated_at=now)
         )
 
-    def _insert_message(self, row: MessageRow) -> Message:
+    @staticmethod
+    def _next_id(session: Session, table: str) -> int:
+        used = session.execute(
+            text("SELECT seq FROM sqlite_sequence WHERE name = :table"), {"table": table}
+        ).scalar()
+        return int(used or 0) + 1
+
+    @staticmethod
+    def _compact_search_index(session: Session, *, messages: bool = True) -> None:
+        """Rewrite the search index without the entries of deleted text.
+
+        FTS5 deletes by adding tombstones; the words themselves stay in older index segments until those
+        are merged. Merging everything ("optimize") drops them, and secure_delete zeroes the freed pages.
+        (SQLite 3.42's FTS5 secure-delete option would do this per row, but a database that ever used it
+        cannot be written by older SQLite builds, which some Linux systems still ship.)
+        """
+        session.execute(text("INSERT INTO conversations_fts(conversations_fts) VALUES ('optimize')"))
+        if messages:
+            session.execute(text("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')"))
+
+    def _insert_message(self, row: MessageRow, parent: ParentChoice) -> Message:
         now = _now()
         row.created_at = row.updated_at = now
         with self._db.session() as session:
-            self._row(session, row.conversation_id).updated_at = now
+            conversation = self._row(session, row.conversation_id)
+            if parent is CURRENT_LEAF:
+                row.parent_id = self._current_leaf(session, conversation)
+            elif parent is not None:
+                owner = session.scalar(select(MessageRow.conversation_id).where(MessageRow.id == parent))
+                if owner != row.conversation_id:
+                    raise _message_not_found(parent)
+                row.parent_id = parent
+            conversation.updated_at = now
             session.add(row)
             session.flush()
-            return _message(row)
-
-    def _snapshot(self, conversation_id: int) -> tuple[Conversation, list[Message]]:
-        with self._db.read_session() as session:
-            return self._get(session, conversation_id), self._messages(session, conversation_id)
+            conversation.current_leaf_id = row.id
+            return _message(row, self._position(session, row.conversation_id, row.parent_id, row.id))
 
     @staticmethod
-    def _messages(session: Session, conversation_id: int) -> list[Message]:
-        rows = session.scalars(
-            select(MessageRow).where(MessageRow.conversation_id == conversation_id).order_by(MessageRow.id)
-        )
-        return [_message(row) for row in rows]
+    def _current_leaf(session: Session, conversation: ConversationRow) -> int | None:
+        leaf = conversation.current_leaf_id
+        if leaf is not None:
+            owner = session.scalar(select(MessageRow.conversation_id).where(MessageRow.id == leaf))
+            if owner == conversation.id:
+                return leaf
+        return _Tree.load(session, conversation.id).latest_leaf(None)
+
+
+def export_filename(conversation: Conversation, fmt: str) -> str:
+    """`<id>-<title words>.<fmt>`: safe on every file system, unique through the id, readable in a listing."""
+    words = re.findall(r"\w+", unicodedata.normalize("NFKC", conversation.title))
+    slug = "-".join(words)[:60].strip("-_") or "chat"
+    return f"{conversation.id:05d}-{slug}.{fmt}"

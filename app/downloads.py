@@ -22,12 +22,13 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import shutil
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final
@@ -58,6 +59,9 @@ STATE_FORMAT: Final = "hearth.download"
 # Room left free beyond the download itself, so finishing a model never fills the disk to the last byte.
 FREE_SPACE_MARGIN: Final = 64 << 20
 _PROGRESS_INTERVAL_S: Final = 0.1
+# Received bytes are handed to the hashing and writing threads in blocks of about this size.
+_BLOCK_BYTES: Final = 1 << 20
+_QUEUED_BLOCKS: Final = 8
 _SPEED_WINDOW_S: Final = 3.0
 
 
@@ -369,7 +373,6 @@ class Downloader:
                     _sidecar(target, suffix).unlink(missing_ok=True)
                 if self._library.find_hub_file(repo_id, model.filename) is None:
                     target.unlink(missing_ok=True)
-            _sidecar(target, LOCK_SUFFIX).unlink(missing_ok=True)
 
     def _checked_parts(self, listing: RepoListing, model: RemoteModel) -> list[_Part]:
         parts: list[_Part] = []
@@ -416,13 +419,23 @@ class Downloader:
     @contextmanager
     def _locked(target: Path) -> Iterator[None]:
         # Two downloads of one file (the window and a `hearth` command) would interleave their bytes.
+        lock_path = _sidecar(target, LOCK_SUFFIX)
+        lock = filelock.FileLock(lock_path, timeout=0)
         try:
-            with filelock.FileLock(_sidecar(target, LOCK_SUFFIX), timeout=0):
-                yield
+            lock.acquire()
         except filelock.Timeout:
             raise HearthError(
                 f"{target.name} is already being downloaded by another Hearth window or command."
             ) from None
+        try:
+            yield
+        finally:
+            # Nothing left to resume: the lock file goes too (removed while still held).
+            if not any(_sidecar(target, s).exists() for s in (PART_SUFFIX, STATE_SUFFIX)):
+                # Windows refuses to delete a file that is open; the lock file then simply stays.
+                with suppress(OSError):
+                    lock_path.unlink(missing_ok=True)
+            lock.release()
 
     def _fetch(
         self,
@@ -445,7 +458,15 @@ class Downloader:
                 # Someone else's bytes, or another version of the file: not a prefix of this one.
                 _sidecar(target, PART_SUFFIX).unlink(missing_ok=True)
             state.write(state_path)
-            _Transfer(self._hub, self._policy, listing, part, target, index, control, meter).run()
+            partial = _sidecar(target, PART_SUFFIX)
+            try:
+                _Transfer(self._hub, self._policy, listing, part, target, index, control, meter).run()
+            except BaseException:
+                # A download refused before its first byte (401, 403, a full disk) leaves nothing to resume.
+                if partial.exists() and partial.stat().st_size == 0:
+                    partial.unlink()
+                    state_path.unlink(missing_ok=True)
+                raise
             dataclasses.replace(state, complete=True).write(state_path)
 
     @staticmethod
@@ -638,19 +659,39 @@ class _Transfer:
                 )
             file.seek(self._done)
             file.truncate(self._done)
-            size = self._part.size
+            sink = _Sink(file, self._digest)
+            try:
+                self._receive(response, sink)
+            finally:
+                sink.close()
+
+    def _receive(self, response: httpx2.Response, sink: _Sink) -> None:
+        size = self._part.size
+        block = bytearray()
+        try:
             for chunk in response.iter_raw():
-                if self._done + len(chunk) > size:
+                if self._done + len(block) + len(chunk) > size:
                     raise HubError(
                         f"The server sent more than the {size} bytes the Hub lists for {self._what}."
                     )
-                _write_chunk(file, chunk)
-                self._digest.update(chunk)
-                self._done += len(chunk)
-                self._meter.update(self._part.filename, self._index, self._done)
-                if self._control.stopping:
-                    file.flush()
-                    self._stop()
+                block += chunk
+                if len(block) >= _BLOCK_BYTES:
+                    self._put(sink, block)
+                    if self._control.stopping:
+                        self._stop()
+        except httpx2.TransportError:
+            # What arrived before the connection broke is a good prefix: keep it for the resume.
+            self._put(sink, block)
+            raise
+        self._put(sink, block)
+
+    def _put(self, sink: _Sink, block: bytearray) -> None:
+        if not block:
+            return
+        sink.put(bytes(block))
+        self._done += len(block)
+        block.clear()
+        self._meter.update(self._part.filename, self._index, self._done)
 
     def _check_range(self, content_range: str | None) -> None:
         expected = f"bytes {self._done}-{self._part.size - 1}/{self._part.size}"
@@ -681,6 +722,53 @@ class _Transfer:
                 f"{_mib(self._part.size - self._done)} and run the same command to resume."
             )
         return HearthError(f"Could not write {self._partial}: {exc.strerror or exc}.")
+
+
+class _Sink:
+    """Hashes and writes blocks on two worker threads while the caller keeps reading the socket.
+
+    hashlib and file writes release the GIL, so receiving, hashing and writing overlap instead of taking
+    turns; done serially they cost more than half of curl's speed on a fast link (bar P6). A write error
+    (a full disk) is raised by the next `put` or by `close`, which always waits for both threads.
+    """
+
+    def __init__(self, file: BinaryIO, digest: hashlib._Hash) -> None:
+        self._to_hash: queue.Queue[bytes | None] = queue.Queue(_QUEUED_BLOCKS)
+        self._to_write: queue.Queue[bytes | None] = queue.Queue(_QUEUED_BLOCKS)
+        self._error: OSError | None = None
+        self._threads = (
+            threading.Thread(target=self._hash, args=(digest,), name="hearth-download-hash", daemon=True),
+            threading.Thread(target=self._write, args=(file,), name="hearth-download-write", daemon=True),
+        )
+        for thread in self._threads:
+            thread.start()
+
+    def put(self, block: bytes) -> None:
+        if self._error is not None:
+            raise self._error
+        self._to_hash.put(block)
+        self._to_write.put(block)
+
+    def close(self) -> None:
+        self._to_hash.put(None)
+        self._to_write.put(None)
+        for thread in self._threads:
+            thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def _hash(self, digest: hashlib._Hash) -> None:
+        while (block := self._to_hash.get()) is not None:
+            digest.update(block)
+
+    def _write(self, file: BinaryIO) -> None:
+        while (block := self._to_write.get()) is not None:
+            # After an error the queue is still drained, so `put` never blocks on a dead writer.
+            if self._error is None:
+                try:
+                    _write_chunk(file, block)
+                except OSError as exc:
+                    self._error = exc
 
 
 def _safe_name(name: str) -> str:

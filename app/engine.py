@@ -7,11 +7,13 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from app.conversations import ConversationStore, Message
-from app.errors import DatabaseError, HearthError, ModelNotFound
+from app.conversations import Conversation, ConversationStore, Message
+from app.errors import ContextOverflow, DatabaseError, HearthError, ModelNotFound
 from app.library import InstalledModel, ModelLibrary
 from app.settings import Settings
 from inference.client import RunnerClient, RunnerError
@@ -28,6 +30,7 @@ from inference.protocol import (
     Loaded,
     SamplingParams,
     StopReason,
+    TokenCount,
     TokenDelta,
 )
 
@@ -37,6 +40,10 @@ log = logging.getLogger("hearth.engine")
 FLUSH_INTERVAL_S = 0.3
 FINAL_WRITE_ATTEMPTS = 5
 FINAL_WRITE_BACKOFF_S = 0.5
+# Room kept free for the reply when deciding whether a conversation fits: its max_tokens, but never more
+# than this share of the context (a 4,096-token reply would otherwise leave no room in a 4,096 context).
+REPLY_RESERVE_SHARE = 0.25
+SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingParams) if f.name != "ignore_eos")
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,46 @@ class TurnResult:
     stats: GenerationStats | None = None
     error_kind: ErrorKind | None = None
     error: str | None = None
+    context_note: str | None = None  # what the overflow policy left out of the prompt, if anything
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """What a reply is generated with, after layering conversation > model defaults > global settings."""
+
+    sampling: SamplingParams
+    context_length: int
+    system_prompt: str | None
+
+
+@dataclass(frozen=True)
+class ContextUsage:
+    used_tokens: int  # the whole prompt as it stands (history + draft), counted by the model's tokenizer
+    context_tokens: int  # the loaded context length
+    would_drop_messages: int  # how many earlier messages drop_oldest would leave out (0 under "refuse")
+    policy: str  # Settings.overflow_policy
+    reserve_tokens: int = 0  # kept free for the reply
+    fits: bool = True  # used_tokens + reserve_tokens fit without leaving anything out
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    """A prompt checked against the context: what would be sent, and what had to be left out."""
+
+    messages: tuple[ChatMessage, ...]
+    used_tokens: int  # before anything was left out
+    context_tokens: int
+    reserve_tokens: int
+    template_source: str
+    dropped: int = 0
+    fits: bool = True  # False: too long even with every earlier message left out
+    sent_tokens: int = 0  # the prompt left after the cut (when nothing fits: with everything cut)
+
+    def note(self) -> str | None:
+        if not self.dropped:
+            return None
+        were = "message was" if self.dropped == 1 else "messages were"
+        return f"{self.dropped} earlier {were} left out to fit the {self.context_tokens}-token context"
 
 
 class TurnCallbacks:
@@ -65,6 +112,9 @@ class TurnCallbacks:
 
     def started(self, conversation_id: int, user_message_id: int, assistant_message_id: int) -> None:
         pass
+
+    def context_note(self, assistant_message_id: int, note: str) -> None:
+        """Called right after `started` when the overflow policy left earlier messages out of the prompt."""
 
     def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
         pass
@@ -98,6 +148,7 @@ class ChatEngine:
         self.hardware = hardware or probe_hardware()
         self._client = RunnerClient(runner_log)
         self._model: InstalledModel | None = None
+        self._context_length: int | None = None  # what the loaded model was asked for (the plan may cap it)
         self._busy = threading.Lock()
 
     @property
@@ -119,6 +170,25 @@ class ChatEngine:
             max_tokens=s.max_tokens,
         )
 
+    def generation_settings(self, conversation: Conversation | None, model_name: str) -> GenerationSettings:
+        """The conversation's own settings, else the model's defaults, else the global settings."""
+        layered: dict[str, Any] = {**dataclasses.asdict(self.default_sampling())}
+        layered["context_length"] = self.settings.context_length
+        model_defaults = self.settings.model_defaults.get(model_name, {})
+        layered.update({k: v for k, v in model_defaults.items() if k != "system_prompt"})
+        if conversation is not None and conversation.settings:
+            layered.update(conversation.settings)
+        system = conversation.system_prompt if conversation is not None else None
+        return GenerationSettings(
+            sampling=SamplingParams(**{k: layered[k] for k in SAMPLING_KEYS}),
+            context_length=int(layered["context_length"]),
+            system_prompt=system if system is not None else model_defaults.get("system_prompt"),
+        )
+
+    def sampling_for(self, conversation_id: int | None, model_name: str) -> SamplingParams:
+        conversation = self.store.get_conversation(conversation_id) if conversation_id is not None else None
+        return self.generation_settings(conversation, model_name).sampling
+
     def status(self) -> ModelStatus:
         loaded, model = self._client.loaded, self._model
         if loaded is None or model is None:
@@ -133,11 +203,20 @@ class ChatEngine:
             loaded.template_note,
         )
 
-    def ensure_loaded(self, model_name: str, callbacks: TurnCallbacks | None = None) -> Loaded:
-        """Blocking. Loads the model unless it is already loaded in a live runner."""
+    def ensure_loaded(
+        self, model_name: str, callbacks: TurnCallbacks | None = None, *, context_length: int | None = None
+    ) -> Loaded:
+        """Blocking. Loads the model (for `context_length`, default: the setting) unless a live runner
+        already has it loaded for that context length."""
         model = self.library.get(model_name)
+        context_length = context_length or self.settings.context_length
         loaded = self._client.loaded
-        if loaded is not None and self._model is not None and self._model.sha256 == model.sha256:
+        if (
+            loaded is not None
+            and self._model is not None
+            and self._model.sha256 == model.sha256
+            and self._context_length == context_length
+        ):
             return loaded
         if not Path(model.path).is_file():
             raise ModelNotFound(f"The file for model '{model.name}' is missing: {model.path}")
@@ -150,7 +229,7 @@ class ChatEngine:
             str(model.path),
             header,
             self.hardware,
-            context_length=self.settings.context_length,
+            context_length=context_length,
             gpu_layers=self.settings.gpu_layers,
             n_threads=self.settings.n_threads,
             gpu_offload_supported=backend == "CUDA",
@@ -167,6 +246,7 @@ class ChatEngine:
             notify(ModelStatus(model.name, "failed", backend, f"{model.name} failed to load", exc.message))
             raise HearthError(f"Could not load '{model.name}': {exc.message}") from exc
         self._model = model
+        self._context_length = context_length
         self.library.mark_loaded(model.name)
         self.library.clear_load_error(model.name)
         notify(self.status())
@@ -196,43 +276,246 @@ class ChatEngine:
         sampling: SamplingParams | None = None,
         callbacks: TurnCallbacks | None = None,
     ) -> TurnResult:
-        """Store the user's message, stream the reply into the database and return how it ended.
+        """Store the user's message after the current leaf, stream the reply into the database and return
+        how it ended.
 
-        Raises HearthError, with nothing stored, when the conversation or the model is unusable: the caller
-        still holds the prompt (the GUI puts it back in the composer), so a retry cannot duplicate it.
+        Raises HearthError, with nothing stored, when the conversation or the model is unusable or the
+        conversation does not fit the context under the "refuse" policy (ContextOverflow): the caller still
+        holds the prompt (the GUI puts it back in the composer), so a retry cannot duplicate it.
         """
-        callbacks = callbacks or TurnCallbacks()
-        sampling = sampling or self.default_sampling()
         with self._busy:
             # A Stop pressed from here on, even while the model loads, ends this turn.
             self._client.reset_cancel()
             existing = self.store.get_conversation(conversation_id) if conversation_id is not None else None
-            self.ensure_loaded(model_name, callbacks)
-            model = self._model
-            assert model is not None
-            if existing is None:
-                conversation = self.store.create_conversation(system_prompt=system_prompt)
-                conversation_id = conversation.id
-            else:
-                conversation = existing
-                conversation_id = existing.id
-            user = self.store.add_message(conversation_id, "user", prompt)
-            self.store.auto_title(conversation_id, prompt)
-            self.store.set_conversation_model(conversation_id, model.name)
-            history = self.store.list_messages(conversation_id)
-            system = conversation.system_prompt if system_prompt is None else system_prompt
-            messages = ([ChatMessage("system", system)] if system else []) + history_for_prompt(history)
-            seed = sampling.seed
-            assistant = self.store.start_assistant_message(
-                conversation_id,
-                model_name=model.name,
-                model_sha256=model.sha256,
-                sampling=dataclasses.asdict(sampling),
-                seed=seed,
+            path = self.store.list_messages(existing.id) if existing is not None else []
+            return self._reply(
+                model_name,
+                existing,
+                path,
+                prompt=prompt,
+                system_prompt=system_prompt,
+                sampling=sampling,
+                callbacks=callbacks or TurnCallbacks(),
             )
-            callbacks.started(conversation_id, user.id, assistant.id)
-            request = GenerateRequest(uuid.uuid4().hex, tuple(messages), sampling)
-            return self._stream(conversation_id, user.id, assistant.id, request, callbacks)
+
+    def regenerate(
+        self,
+        message_id: int,
+        model_name: str,
+        *,
+        sampling: SamplingParams | None = None,
+        callbacks: TurnCallbacks | None = None,
+    ) -> TurnResult:
+        """Answer the same prompt again: a new reply beside the old one, which stays as an alternative.
+
+        Given a prompt instead of a reply, answers that prompt again. The result's user_message_id is the
+        existing prompt.
+        """
+        with self._busy:
+            self._client.reset_cancel()
+            target = self.store.get_message(message_id)
+            prompt_id = target.parent_id if target.role == "assistant" else target.id
+            if target.role == "system" or prompt_id is None:
+                raise HearthError("Only a reply to a prompt, or a prompt itself, can be answered again.")
+            conversation = self.store.get_conversation(target.conversation_id)
+            return self._reply(
+                model_name,
+                conversation,
+                self.store.path_to(prompt_id),
+                prompt=None,
+                system_prompt=None,
+                sampling=sampling,
+                callbacks=callbacks or TurnCallbacks(),
+            )
+
+    def edit(
+        self,
+        message_id: int,
+        new_text: str,
+        model_name: str,
+        *,
+        sampling: SamplingParams | None = None,
+        callbacks: TurnCallbacks | None = None,
+    ) -> TurnResult:
+        """Ask again with different words: a new prompt beside the edited one (a new branch), then a reply.
+
+        The edited prompt and everything that followed it stay, on their own branch.
+        """
+        with self._busy:
+            self._client.reset_cancel()
+            target = self.store.get_message(message_id)
+            if target.role != "user":
+                raise HearthError("Only your own messages can be edited; regenerate a reply instead.")
+            conversation = self.store.get_conversation(target.conversation_id)
+            path = self.store.path_to(target.parent_id) if target.parent_id is not None else []
+            return self._reply(
+                model_name,
+                conversation,
+                path,
+                prompt=new_text,
+                system_prompt=None,
+                sampling=sampling,
+                callbacks=callbacks or TurnCallbacks(),
+            )
+
+    def measure_context(
+        self,
+        conversation_id: int | None,
+        draft_text: str,
+        model_name: str,
+        callbacks: TurnCallbacks | None = None,
+    ) -> ContextUsage:
+        """How much of the context the conversation plus the draft would use, as the next Send would see it.
+
+        Loads the model if needed: the count comes from its own template and tokenizer.
+        """
+        with self._busy:
+            conversation = (
+                self.store.get_conversation(conversation_id) if conversation_id is not None else None
+            )
+            resolved = self.generation_settings(conversation, model_name)
+            self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length)
+            path = self.store.list_messages(conversation.id) if conversation is not None else []
+            messages = self._prompt_messages(
+                resolved.system_prompt, path, draft_text if draft_text.strip() else None
+            )
+            fitted = self._fit(messages, bool(resolved.system_prompt), resolved.sampling.max_tokens)
+            policy = self.settings.overflow_policy
+            return ContextUsage(
+                used_tokens=fitted.used_tokens,
+                context_tokens=fitted.context_tokens,
+                would_drop_messages=fitted.dropped if policy == "drop_oldest" and fitted.fits else 0,
+                policy=policy,
+                reserve_tokens=fitted.reserve_tokens,
+                fits=fitted.used_tokens + fitted.reserve_tokens <= fitted.context_tokens,
+            )
+
+    def _reply(
+        self,
+        model_name: str,
+        conversation: Conversation | None,
+        path: list[Message],
+        *,
+        prompt: str | None,
+        system_prompt: str | None,
+        sampling: SamplingParams | None,
+        callbacks: TurnCallbacks,
+    ) -> TurnResult:
+        """Reply after `path` (root → the message to follow), adding the user's `prompt` first if given."""
+        resolved = self.generation_settings(conversation, model_name)
+        sampling = sampling or resolved.sampling
+        self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length)
+        model = self._model
+        assert model is not None
+        system = system_prompt if system_prompt is not None else resolved.system_prompt
+        fitted = self._fit(self._prompt_messages(system, path, prompt), bool(system), sampling.max_tokens)
+        self._check_policy(fitted)
+        if conversation is None:
+            conversation = self.store.create_conversation(system_prompt=system_prompt)
+        # Explicit parents: the reply follows exactly the messages its prompt was built from, even if the
+        # user switches branches meanwhile.
+        after = path[-1].id if path else None
+        if prompt is not None:
+            user_id = self.store.add_message(conversation.id, "user", prompt, parent_id=after).id
+            self.store.auto_title(conversation.id, prompt)
+        else:
+            assert after is not None
+            user_id = after
+        self.store.set_conversation_model(conversation.id, model.name)
+        note = fitted.note()
+        assistant = self.store.start_assistant_message(
+            conversation.id,
+            model_name=model.name,
+            model_sha256=model.sha256,
+            sampling=dataclasses.asdict(sampling),
+            seed=sampling.seed,
+            parent_id=user_id,
+            template=fitted.template_source,
+            quantization=model.quantization,
+            context_note=note,
+        )
+        callbacks.started(conversation.id, user_id, assistant.id)
+        if note:
+            callbacks.context_note(assistant.id, note)
+        request = GenerateRequest(uuid.uuid4().hex, fitted.messages, sampling)
+        result = self._stream(conversation.id, user_id, assistant.id, request, callbacks)
+        return dataclasses.replace(result, context_note=note)
+
+    @staticmethod
+    def _prompt_messages(system: str | None, path: list[Message], prompt: str | None) -> list[ChatMessage]:
+        messages = [ChatMessage("system", system)] if system else []
+        messages += history_for_prompt(path)
+        if prompt is not None:
+            messages.append(ChatMessage("user", prompt))
+        return messages
+
+    def _count(self, messages: Sequence[ChatMessage]) -> TokenCount:
+        try:
+            return self._client.count_tokens(tuple(messages))
+        except RunnerError as exc:
+            if exc.kind is ErrorKind.RUNNER_CRASHED:
+                self._model = None
+            raise HearthError(f"Could not measure the prompt: {exc.message}") from exc
+
+    def _fit(self, messages: list[ChatMessage], has_system: bool, max_tokens: int) -> _Fitted:
+        """Check the prompt against the context, and find the fewest oldest turns to leave out if it is over.
+
+        The system prompt and the last message (the prompt being answered) are never left out, and what
+        remains starts with a user message: chat templates expect turns to alternate from there.
+        """
+        full = self._count(messages)
+        n_ctx = full.n_ctx
+        reserve = min(max_tokens, int(n_ctx * REPLY_RESERVE_SHARE))
+        fitted = _Fitted(tuple(messages), full.n_tokens, n_ctx, reserve, full.template_source)
+        if full.n_tokens + reserve <= n_ctx or len(messages) < 2:
+            return dataclasses.replace(
+                fitted, fits=full.n_tokens + reserve <= n_ctx, sent_tokens=full.n_tokens
+            )
+        head = messages[:1] if has_system else []
+        body = messages[len(head) : -1]
+        last = messages[-1]
+        cuts = [i for i in range(1, len(body) + 1) if i == len(body) or body[i].role == "user"]
+        best: tuple[int, TokenCount] | None = None
+        low, high = 0, len(cuts) - 1
+        smallest: TokenCount | None = None
+        # Fewer tokens the more is cut, so a binary search over the cut points needs log2(turns) counts.
+        while low <= high:
+            middle = (low + high) // 2
+            candidate = self._count([*head, *body[cuts[middle] :], last])
+            if middle == len(cuts) - 1:
+                smallest = candidate
+            if candidate.n_tokens + reserve <= n_ctx:
+                best = (cuts[middle], candidate)
+                high = middle - 1
+            else:
+                low = middle + 1
+        if best is None:
+            return dataclasses.replace(
+                fitted, fits=False, sent_tokens=smallest.n_tokens if smallest else full.n_tokens
+            )
+        cut, counted = best
+        return dataclasses.replace(
+            fitted,
+            messages=(*head, *body[cut:], last),
+            dropped=cut,
+            template_source=counted.template_source,
+            sent_tokens=counted.n_tokens,
+        )
+
+    def _check_policy(self, fitted: _Fitted) -> None:
+        policy = self.settings.overflow_policy
+        if not fitted.fits:
+            raise ContextOverflow(
+                f"The message needs {fitted.sent_tokens} tokens plus {fitted.reserve_tokens} for the "
+                f"reply, more than the model's {fitted.context_tokens}-token context even with every earlier "
+                "message left out. Shorten it, or raise the context length in the conversation's settings."
+            )
+        if fitted.dropped and policy == "refuse":
+            raise ContextOverflow(
+                f"The conversation needs {fitted.used_tokens} tokens plus {fitted.reserve_tokens} for the "
+                f"reply, but the model's context holds {fitted.context_tokens}. Nothing was sent or cut (the "
+                "overflow policy is to refuse): start a new conversation, or raise the context length."
+            )
 
     def _stream(
         self,

@@ -19,5 +19,13 @@ class ConversationNotFound(HearthError):
     pass
 
 
+class MessageNotFound(HearthError):
+    pass
+
+
+class ContextOverflow(HearthError):
+    """The conversation does not fit the model's context and the overflow policy says not to cut it."""
+
+
 class DatabaseError(HearthError):
     pass

@@ -517,10 +517,9 @@ class HubClient:
     def _read_part_header(self, listing: RepoListing, part: RemoteFile) -> GGUFHeader:
         if part.size is None:
             raise HubError(f"The Hub does not say how large {part.filename} is; cannot read its header.")
-        source = HttpRangeSource(
-            self, self.file_url(listing.repo_id, listing.commit, part.filename), part.size
-        )
         what = f"{listing.repo_id}/{part.filename}"
+        url = self.file_url(listing.repo_id, listing.commit, part.filename)
+        source = HttpRangeSource(self, url, part.size, what=what, page_url=self.model_page(listing.repo_id))
         try:
             return parse_header(source, max_header_bytes=MAX_REMOTE_HEADER_BYTES)
         except GGUFError as exc:
@@ -554,10 +553,19 @@ class HttpRangeSource:
     """
 
     def __init__(
-        self, client: HubClient, url: str, size: int, *, max_fetch_bytes: int = MAX_REMOTE_HEADER_BYTES
+        self,
+        client: HubClient,
+        url: str,
+        size: int,
+        *,
+        what: str,
+        page_url: str,
+        max_fetch_bytes: int = MAX_REMOTE_HEADER_BYTES,
     ) -> None:
         self._client = client
         self._url = url
+        self._what = what
+        self._page_url = page_url
         self._size = size
         self._max_fetch = max_fetch_bytes
         self.fetched = 0
@@ -582,7 +590,7 @@ class HttpRangeSource:
                 if self.fetched + offset + n > self._max_fetch:
                     raise GGUFError("the server does not support range requests and the file is too large")
                 return self._take(r, offset + n)[offset:]
-            raise status_error(r.status_code, r.headers, self._url.rsplit("/", 1)[-1], self._client.endpoint)
+            raise status_error(r.status_code, r.headers, self._what, self._page_url)
 
     def _take(self, response: httpx2.Response, n: int) -> bytes:
         chunks: list[bytes] = []

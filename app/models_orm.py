@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import CheckConstraint, Dialect, Float, ForeignKey, Index, Integer, MetaData, Text
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -22,6 +32,9 @@ NAMING_CONVENTION = {
 }
 
 ROLES = ("system", "user", "assistant")
+# Full-text search (revision 0003): FTS5 virtual tables, their shadow tables and the view they index. They
+# are kept in step by triggers, not by the ORM, so schema comparisons leave them out.
+SEARCH_INDEX_TABLES = ("messages_fts", "conversations_fts")
 MESSAGE_STATUSES = ("streaming", "complete", "stopped", "error", "interrupted")
 
 
@@ -65,11 +78,20 @@ class ConversationRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     model_name: Mapped[str | None] = mapped_column(Text)
+    # Revision 0003. The visible transcript is the path from the root to this message (no foreign key: the
+    # two tables would refer to each other; the store keeps it pointing into this conversation).
+    current_leaf_id: Mapped[int | None] = mapped_column(Integer)
+    pinned: Mapped[bool] = mapped_column(Boolean, server_default="0")
+    trashed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # in the trash, undo possible
+    settings_json: Mapped[str | None] = mapped_column(Text)  # sampling and context length for this chat
+    # Kept by triggers on messages (the whole tree, every branch).
+    message_count: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class MessageRow(Base):
     __tablename__ = "messages"
     __table_args__ = (
+        Index("ix_messages_conversation_id_parent_id", "conversation_id", "parent_id"),
         CheckConstraint(f"role IN ({_quoted(ROLES)})", name="role"),
         CheckConstraint(f"status IN ({_quoted(MESSAGE_STATUSES)})", name="status"),
         {"sqlite_autoincrement": True},
@@ -93,6 +115,12 @@ class MessageRow(Base):
     seed: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Revision 0003. The message this one follows (None at the root): conversations are trees, and a
+    # regenerated reply or an edited prompt is a sibling of the original.
+    parent_id: Mapped[int | None] = mapped_column(Integer, ForeignKey("messages.id"), index=True)
+    template: Mapped[str | None] = mapped_column(Text)  # chat template used: "gguf" or "fallback:<format>"
+    quantization: Mapped[str | None] = mapped_column(Text)
+    context_note: Mapped[str | None] = mapped_column(Text)  # what the overflow policy left out, if anything
 
 
 class ModelRow(Base):

@@ -10,10 +10,12 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
+
+from app.errors import HearthError
 
 log = logging.getLogger("hearth.settings")
 
@@ -21,6 +23,13 @@ SCHEMA_VERSION = 1
 
 # Matches hf_token, api_key, openai_apikey, password... but not max_tokens.
 _SECRET_KEY = re.compile(r"(?:^|_)(?:token|api_?key|password|passwd|secret)(?:$|_)", re.IGNORECASE)
+
+# What the overflow policy does when a conversation no longer fits the context: leave out the oldest turns
+# (the system prompt stays) and say so on the reply, or refuse to send and say why.
+OVERFLOW_POLICIES = ("drop_oldest", "refuse")
+# The window's look and language; "system" follows the desktop (colour scheme, locale).
+THEMES = ("system", "light", "dark")
+LANGUAGES = ("system", "en", "zh_CN")
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,12 @@ class Settings:
     repeat_penalty: float = 1.1
     max_tokens: int = 1024
     hf_endpoint: str | None = None
+    overflow_policy: str = "drop_oldest"
+    # Per model name: generation settings (GENERATION_KEYS) and "system_prompt" for its new conversations.
+    # A conversation's own settings win over these, and these over the global ones above.
+    model_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
+    theme: str = "system"
+    language: str = "system"
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -62,8 +77,83 @@ _VALIDATORS: dict[str, tuple[Callable[[object], bool], str]] = {
     "repeat_penalty": (lambda v: _is_number(v) and v > 0, "a positive number"),
     "max_tokens": (lambda v: _is_int(v) and v > 0, "a positive integer"),
     "hf_endpoint": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "overflow_policy": (lambda v: v in OVERFLOW_POLICIES, " or ".join(f'"{p}"' for p in OVERFLOW_POLICIES)),
+    "theme": (lambda v: v in THEMES, " or ".join(f'"{t}"' for t in THEMES)),
+    "language": (lambda v: v in LANGUAGES, " or ".join(f'"{t}"' for t in LANGUAGES)),
+    "model_defaults": (
+        lambda v: _valid_model_defaults(v),
+        "an object mapping model names to objects of generation settings",
+    ),
 }
 _FLOAT_FIELDS = {f.name for f in dataclasses.fields(Settings) if isinstance(f.default, float)}
+
+# What a conversation (or a model's defaults) may set for itself; the rest of Settings is machine-wide.
+GENERATION_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repeat_penalty",
+    "seed",
+    "max_tokens",
+    "context_length",
+)
+_SEED_LIMIT = 2**32  # llama.cpp seeds are 32-bit
+_GENERATION_VALIDATORS: dict[str, tuple[Callable[[object], bool], str]] = {
+    **{key: _VALIDATORS[key] for key in GENERATION_KEYS if key in _VALIDATORS},
+    "seed": (
+        lambda v: v is None or (_is_int(v) and 0 <= v < _SEED_LIMIT),
+        "an integer from 0 to 2^32-1 or null",
+    ),
+}
+
+
+def clean_generation_settings(
+    values: Mapping[str, object], *, allow_system_prompt: bool = False
+) -> dict[str, Any]:
+    """Check settings meant for one conversation or one model; raises HearthError naming the first bad key.
+
+    Float settings given as whole numbers come back as floats. `system_prompt` is accepted only for model
+    defaults (a conversation keeps its system prompt in its own column).
+    """
+    cleaned: dict[str, Any] = {}
+    for key, value in values.items():
+        if key == "system_prompt" and allow_system_prompt:
+            if value is not None and not isinstance(value, str):
+                raise HearthError(
+                    f"The setting system_prompt should be a string or null, not {type(value).__name__}."
+                )
+            cleaned[key] = value
+            continue
+        rule = _GENERATION_VALIDATORS.get(key)
+        if rule is None:
+            known = ", ".join(GENERATION_KEYS + (("system_prompt",) if allow_system_prompt else ()))
+            raise HearthError(f"Unknown setting {key!r}; the settings are {known}.")
+        valid, expected = rule
+        if not valid(value):
+            raise HearthError(f"The setting {key} should be {expected}, not {_shown(value)}.")
+        cleaned[key] = float(value) if key in _FLOAT_FIELDS and isinstance(value, int | float) else value
+    return cleaned
+
+
+def _shown(value: object) -> str:
+    # Numbers explain a range error; anything else could be long, or a secret pasted into the wrong field.
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    return f"a {type(value).__name__}"
+
+
+def _valid_model_defaults(value: object) -> bool:
+    if not isinstance(value, dict):
+        return False
+    for name, defaults in value.items():
+        if not isinstance(name, str) or not isinstance(defaults, dict):
+            return False
+        try:
+            clean_generation_settings(defaults, allow_system_prompt=True)
+        except HearthError:
+            return False
+    return True
 
 
 def load_settings(path: Path) -> Settings:
@@ -106,6 +196,10 @@ def load_settings(path: Path) -> Settings:
                 type(value).__name__,
             )
             continue
+        if name == "model_defaults":
+            value = {
+                model: clean_generation_settings(d, allow_system_prompt=True) for model, d in value.items()
+            }
         values[name] = float(value) if name in _FLOAT_FIELDS else value
     return Settings(**values)
 
@@ -135,8 +229,11 @@ def save_settings(path: Path, settings: Settings) -> None:
         raise ValueError(
             f"Refusing to write secret-looking keys {secret_keys} to {path.name}; secrets go in the keyring"
         )
-    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    write_text_atomically(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Readers see the old file or the new one, never a torn write, even after a power cut."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)

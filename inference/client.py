@@ -6,12 +6,15 @@ import logging
 import multiprocessing
 import signal
 import threading
+import uuid
 from collections.abc import Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from inference.protocol import (
+    ChatMessage,
+    CountTokensRequest,
     ErrorKind,
     Failed,
     Finished,
@@ -20,6 +23,7 @@ from inference.protocol import (
     LoadPlan,
     LoadRequest,
     PromptReady,
+    TokenCount,
     TokenDelta,
 )
 from inference.runner import SHUTDOWN, runner_main
@@ -184,6 +188,35 @@ class RunnerClient:
                 elif isinstance(event, Finished | Failed):
                     yield event
                     return
+
+    def count_tokens(self, messages: tuple[ChatMessage, ...]) -> TokenCount:
+        """Blocking. The prompt these messages make, counted by the loaded model's own template and tokenizer.
+
+        Raises RunnerError: NOT_LOADED, or RUNNER_CRASHED (the runner died, or the template ran past the
+        prompt time limit and the runner was stopped, as for generate).
+        """
+        with self._lock:
+            if not self.alive or self._loaded is None:
+                raise RunnerError(ErrorKind.NOT_LOADED, "No model is loaded.")
+            assert self._conn is not None
+            request = CountTokensRequest(uuid.uuid4().hex, messages)
+            self._conn.send(request)
+            try:
+                reply = self._receive(self._prompt_timeout_s)
+            except RunnerError as exc:
+                if self.alive:
+                    self.kill()
+                    self._reap()
+                    raise RunnerError(
+                        exc.kind,
+                        f"Counting the prompt took longer than {self._prompt_timeout_s:g} s (the model's "
+                        "chat template may loop forever); the model runner was stopped.",
+                    ) from exc
+                raise
+            if isinstance(reply, Failed):
+                raise RunnerError(reply.kind, reply.message)
+            assert isinstance(reply, TokenCount) and reply.request_id == request.request_id
+            return reply
 
     def cancel(self) -> None:
         self._cancel.set()

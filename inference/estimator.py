@@ -38,7 +38,6 @@ from inference.gguf import GGML_TYPES, ArraySummary, GGUFHeader
 from inference.hardware import GpuInfo, HardwareReport
 
 MIB: Final = 1 << 20
-GIB: Final = 1 << 30
 
 # llama.cpp pads n_ctx, and so the KV cells, to a multiple of 256 (measured here: n_ctx 1000 → 1024 cells).
 CONTEXT_PAD: Final = 256
@@ -65,7 +64,6 @@ MIN_RECOMMENDED_CONTEXT: Final = 4096
 # llama.cpp takes 4-byte floats for every activation in the compute graph.
 _F32: Final = 4
 
-VERDICTS: Final = ("gpu", "partial", "cpu", "too_large")
 _VERDICT_RANK: Final[Mapping[str, int]] = {"gpu": 3, "partial": 2, "cpu": 1, "too_large": 0}
 # What may be given up to reach each placement, in order: nothing, then KV precision (q8_0 costs ~0.005
 # perplexity), then context. A few layers on the GPU are not worth a shorter context, so partial offload
@@ -388,11 +386,14 @@ def estimate_fit(
     n_ubatch: int = DEFAULT_UBATCH,
     swa_full: bool = True,
     gpu_offload: bool = True,
+    n_gpu_layers: int | None = None,
 ) -> FitEstimate:
     """Where this file fits at `context` tokens: fully on the GPU with the most free memory, k of its layers
     there, in system memory only, or nowhere. `gpu_offload=False` plans for a llama.cpp build without GPU
-    support. Flash attention is assumed on the GPU and whenever the KV cache is quantized (llama.cpp needs it
-    for a quantized V cache), off otherwise, as inference.planner loads models."""
+    support. `n_gpu_layers` (llama.cpp's meaning) checks one fixed placement instead of choosing: the verdict
+    is then that placement's, or "too_large". Flash attention is assumed on the GPU and whenever the KV cache
+    is quantized (llama.cpp needs it for a quantized V cache), off otherwise, as inference.planner loads
+    models."""
     if context < 1:
         raise ValueError("context must be at least 1 token")
     if kv_type not in KV_CACHE_TYPES:
@@ -408,7 +409,15 @@ def estimate_fit(
     if p.n_layers <= 0 or p.n_embd <= 0:
         notes.append("the header lacks layer or embedding sizes; estimate from tensor bytes only")
 
-    if gpu is not None:
+    if gpu is not None and n_gpu_layers is not None and n_gpu_layers > 0:
+        layers = min(n_gpu_layers, p.n_layers + 1)
+        fixed = fit.placement(ctx, layers)
+        if not fit.fits(fixed):
+            return fit.result("too_large", min(layers, p.n_layers), ctx, fixed, None, notes)
+        if layers > p.n_layers:
+            return fit.result("gpu", p.n_layers, ctx, fixed, 1.0, notes)
+        return fit.result("partial", layers, ctx, fixed, fit.speed_ratio(layers), notes)
+    if gpu is not None and n_gpu_layers is None:
         full = fit.placement(ctx, p.n_layers + 1)
         if fit.fits(full):
             return fit.result("gpu", p.n_layers, ctx, full, 1.0, notes)
@@ -434,23 +443,36 @@ def fit_with_policy(
     min_context: int | None = None,
     swa_full: bool = True,
     gpu_offload: bool = True,
+    n_gpu_layers: int | None = None,
 ) -> FitEstimate:
     """The best way to run one file, by performance.md's policy: the best placement this machine allows
     (fully on the GPU, else partly, else on the CPU), keeping the requested context and an f16 KV cache if
     possible, else quantizing the KV cache to q8_0 (~0.005 perplexity), else reducing the context — never
-    below `min_context` (default: the smaller of the request and MIN_RECOMMENDED_CONTEXT)."""
+    below `min_context` (default: the smaller of the request and MIN_RECOMMENDED_CONTEXT). With
+    `n_gpu_layers` the placement is fixed and only the KV cache type and the context give way."""
     floor = min(context, MIN_RECOMMENDED_CONTEXT) if min_context is None else min(context, min_context)
     p = header if isinstance(header, ModelProfile) else profile_model(header)
 
     def estimate(ctx: int, kv_type: str) -> FitEstimate:
         return estimate_fit(
-            p, hardware, context=ctx, kv_type=kv_type, swa_full=swa_full, gpu_offload=gpu_offload
+            p,
+            hardware,
+            context=ctx,
+            kv_type=kv_type,
+            swa_full=swa_full,
+            gpu_offload=gpu_offload,
+            n_gpu_layers=n_gpu_layers,
         )
 
     first = estimate(context, "f16")
     has_gpu = gpu_offload and _best_gpu(hardware) is not None
-    for goal in ("gpu", "partial", "cpu") if has_gpu else ("cpu",):
-        for step in _LADDER[goal]:
+    goals: tuple[str, ...] = ("gpu", "partial", "cpu") if has_gpu else ("cpu",)
+    ladder = _LADDER
+    if has_gpu and n_gpu_layers is not None and n_gpu_layers > 0:
+        goals = ("gpu",) if n_gpu_layers > p.n_layers else ("partial",)
+        ladder = {goal: _LADDER["gpu"] for goal in goals}
+    for goal in goals:
+        for step in ladder[goal]:
             found = _ladder_step(estimate, first, goal, floor, step)
             if found is not None:
                 return found
@@ -502,11 +524,13 @@ def recommend(
             cpu = [i for i in tier if first[i].verdict == "cpu"]
             if cpu:
                 return _recommended(cpu[0], first[cpu[0]], profiles[cpu[0]], hardware, context)
-    skipped = [i for i in range(len(profiles)) if i not in usable]
-    why = _too_large_reason(hardware, has_gpu, context)
-    if skipped and any(first[i].verdict != "too_large" for i in skipped):
-        why += " Only Q2 files would fit, and they lose too much quality at this model size."
-    return Recommendation(None, None, why, ())
+    if any(first[i].verdict != "too_large" for i in range(len(profiles)) if i not in usable):
+        why = (
+            "Only Q2 files fit here, and at 7–8B parameters they lose too much quality "
+            "(Q2_K: +56% perplexity on Llama-3-8B)."
+        )
+        return Recommendation(None, None, why, ())
+    return Recommendation(None, None, _too_large_reason(hardware, has_gpu, context), ())
 
 
 def describe_prediction(predicted: Mapping[str, int], measured: Mapping[str, int]) -> str:

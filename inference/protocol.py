@@ -59,6 +59,11 @@ class LoadPlan:
     n_threads: int
     n_batch: int = 512
     reason: str = ""
+    kv_type: str = "f16"  # a key of inference.estimator.KV_CACHE_TYPES; quantized types need flash_attn
+    # llama.cpp's default: sliding-window layers keep the whole context, so KV prefix reuse stays valid.
+    swa_full: bool = True
+    # What the estimator predicts llama.cpp will allocate, keyed like Loaded.memory_bytes.
+    predicted_bytes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,23 @@ class GenerateRequest:
 
 
 @dataclass(frozen=True)
+class CountTokensRequest:
+    """How many tokens these messages take as a prompt: rendered with the model's template and tokenized,
+    nothing decoded. For the context meter and the overflow policy."""
+
+    request_id: str
+    messages: tuple[ChatMessage, ...]
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    request_id: str
+    n_tokens: int  # the prompt, including the assistant header that starts the reply
+    n_ctx: int
+    template_source: str  # the template that rendered it: "gguf" or "fallback:<format>"
+
+
+@dataclass(frozen=True)
 class Loaded:
     model_path: str
     n_ctx: int
@@ -85,7 +107,10 @@ class Loaded:
     template_source: str  # "gguf" or "fallback:<format>"
     template_note: str  # shown to the user when the model's template could not be used
     load_seconds: float
+    # What llama.cpp allocated ("weights", "kv", "compute", "gpu", "ram"; "gpu_used" from NVML), and what
+    # the plan predicted under the same keys: inference.estimator.describe_prediction compares the two.
     memory_bytes: dict[str, int] = field(default_factory=dict)
+    predicted_bytes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

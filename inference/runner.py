@@ -18,9 +18,13 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inference.chat_template import render_chat
+from inference.chat_template import RenderedPrompt, render_chat
+from inference.estimator import KV_CACHE_TYPES
 from inference.gguf import GGUFError, read_header
+from inference.llama_memory import LlamaLog, gpu_used_bytes
 from inference.protocol import (
+    ChatMessage,
+    CountTokensRequest,
     ErrorKind,
     Failed,
     Finished,
@@ -31,6 +35,7 @@ from inference.protocol import (
     LoadRequest,
     PromptReady,
     StopReason,
+    TokenCount,
     TokenDelta,
 )
 
@@ -134,22 +139,28 @@ class Runner:
             self._send(Failed("load", ErrorKind.MODEL_INVALID, f"Not a valid GGUF model: {exc}"))
             return
         started = time.perf_counter()
+        gpu_before = gpu_used_bytes() if plan.n_gpu_layers > 0 else None
+        kv_type = KV_CACHE_TYPES[plan.kv_type].ggml_type
         try:
             import llama_cpp
 
             _disable_llama_cpp_template_compilation()
-            llm = llama_cpp.Llama(
-                model_path=plan.model_path,
-                n_ctx=plan.n_ctx,
-                n_batch=plan.n_batch,
-                n_ubatch=plan.n_batch,
-                n_threads=plan.n_threads,
-                n_threads_batch=plan.n_threads,
-                n_gpu_layers=plan.n_gpu_layers,
-                flash_attn=plan.flash_attn,
-                logits_all=False,
-                verbose=False,
-            )
+            with LlamaLog() as buffers:
+                llm = llama_cpp.Llama(
+                    model_path=plan.model_path,
+                    n_ctx=plan.n_ctx,
+                    n_batch=plan.n_batch,
+                    n_ubatch=plan.n_batch,
+                    n_threads=plan.n_threads,
+                    n_threads_batch=plan.n_threads,
+                    n_gpu_layers=plan.n_gpu_layers,
+                    flash_attn=plan.flash_attn,
+                    type_k=kv_type,
+                    type_v=kv_type,
+                    swa_full=plan.swa_full,
+                    logits_all=False,
+                    verbose=False,
+                )
         except Exception as exc:
             message = str(exc) or type(exc).__name__
             self._send(
@@ -171,6 +182,10 @@ class Runner:
             vocab=vocab,
         )
         probe = render_chat(self._model.template, ())
+        memory = buffers.buffer_sizes() or {"weights": int(llama_cpp.llama_model_size(model.model))}
+        gpu_after = gpu_used_bytes() if gpu_before is not None else None
+        if gpu_before is not None and gpu_after is not None:
+            memory["gpu_used"] = gpu_after - gpu_before
         self._send(
             Loaded(
                 model_path=plan.model_path,
@@ -182,7 +197,8 @@ class Runner:
                 template_source=probe.source,
                 template_note=probe.note,
                 load_seconds=time.perf_counter() - started,
-                memory_bytes={"weights": int(llama_cpp.llama_model_size(model.model))},
+                memory_bytes=memory,
+                predicted_bytes=dict(plan.predicted_bytes),
             )
         )
 
@@ -191,14 +207,8 @@ class Runner:
         if model is None:
             self._send(Failed(request.request_id, ErrorKind.NOT_LOADED, "No model is loaded."))
             return
-        rendered = render_chat(
-            model.template, request.messages, bos_token=model.bos_text, eos_token=model.eos_text
-        )
+        rendered, tokens = _prompt_tokens(model, request.messages)
         llm = model.llm
-        prompt = rendered.text
-        add_bos = model.add_bos and not (model.bos_text and prompt.startswith(model.bos_text))
-        # special=True: the rendered template contains the model's control tokens as text.
-        tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
         self._send(PromptReady(request.request_id, len(tokens)))
         n_ctx = llm.n_ctx()
         if len(tokens) >= n_ctx:
@@ -214,6 +224,14 @@ class Runner:
         cached = _common_prefix(llm, tokens)
         stops = request.extra_stop + rendered.stop_strings
         self._stream(model, request, tokens, cached, stops)
+
+    def count_tokens(self, request: CountTokensRequest) -> None:
+        model = self._model
+        if model is None:
+            self._send(Failed(request.request_id, ErrorKind.NOT_LOADED, "No model is loaded."))
+            return
+        rendered, tokens = _prompt_tokens(model, request.messages)
+        self._send(TokenCount(request.request_id, len(tokens), model.llm.n_ctx(), rendered.source))
 
     def _stream(
         self,
@@ -301,6 +319,15 @@ class Runner:
         )
 
 
+def _prompt_tokens(model: _Model, messages: tuple[ChatMessage, ...]) -> tuple[RenderedPrompt, list[int]]:
+    """The prompt exactly as generation would see it: counting and generating must agree to the token."""
+    rendered = render_chat(model.template, messages, bos_token=model.bos_text, eos_token=model.eos_text)
+    prompt = rendered.text
+    add_bos = model.add_bos and not (model.bos_text and prompt.startswith(model.bos_text))
+    # special=True: the rendered template contains the model's control tokens as text.
+    return rendered, model.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+
+
 def ctypes_buffer() -> Any:
     import ctypes
 
@@ -347,9 +374,13 @@ def runner_main(conn: Connection, cancel: Event, log_path: str | None) -> None:
                 runner.load(message)
             elif isinstance(message, GenerateRequest):
                 runner.generate(message)
+            elif isinstance(message, CountTokensRequest):
+                runner.count_tokens(message)
             else:
                 log.error("unknown request %r", type(message).__name__)
         except Exception as exc:
             log.exception("runner request failed")
-            request_id = message.request_id if isinstance(message, GenerateRequest) else "load"
+            request_id = (
+                message.request_id if isinstance(message, GenerateRequest | CountTokensRequest) else "load"
+            )
             conn.send(Failed(request_id, ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}"))

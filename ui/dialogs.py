@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QInputDialog, QLineEdit, QMessageBox, QWidget
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QLineEdit, QMessageBox, QWidget
 
 ConfirmAction = Callable[[QWidget, str, str, str], bool]
 AskText = Callable[[QWidget, str, str, str], str | None]
+# (parent, title, suggested file name, name filter) → the chosen path, or None when cancelled.
+AskSavePath = Callable[[QWidget, str, str, str], Path | None]
+# (parent, title, name filter) → the chosen file, or None.
+AskOpenPath = Callable[[QWidget, str, str], Path | None]
+# (parent, title) → the chosen folder, or None.
+AskDirectory = Callable[[QWidget, str], Path | None]
 
 
 def confirm_action(parent: QWidget, title: str, text: str, action: str) -> bool:
@@ -29,3 +36,19 @@ def confirm_action(parent: QWidget, title: str, text: str, action: str) -> bool:
 def ask_text(parent: QWidget, title: str, label: str, initial: str) -> str | None:
     text, accepted = QInputDialog.getText(parent, title, label, QLineEdit.EchoMode.Normal, initial)
     return text if accepted else None
+
+
+def ask_save_path(parent: QWidget, title: str, suggested: str, name_filter: str) -> Path | None:
+    chosen, _ = QFileDialog.getSaveFileName(parent, title, str(Path.home() / suggested), name_filter)
+    return Path(chosen) if chosen else None
+
+
+def ask_open_path(parent: QWidget, title: str, name_filter: str) -> Path | None:
+    chosen, _ = QFileDialog.getOpenFileName(parent, title, str(Path.home()), name_filter)
+    return Path(chosen) if chosen else None
+
+
+def ask_directory(parent: QWidget, title: str) -> Path | None:
+    chosen = QFileDialog.getExistingDirectory(parent, title, str(Path.home()))
+    return Path(chosen) if chosen else None
+

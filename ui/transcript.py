@@ -1,29 +1,140 @@
-"""The conversation transcript: one row per message, with cheap streaming into the last one."""
+"""The conversation transcript: a painted, virtualised list with one row per message.
+
+Why painted rows instead of a widget per message: a `QTextBrowser` per message costs milliseconds to
+create and lays out the whole message, so a 200-message conversation opened slowly and a long reply
+re-laid out everything on each flush. Here a row is data plus cached documents:
+
+- Rows are rendered lazily. A row has an estimated height until it is first near the viewport; an
+  idle pass then measures the rest in small time slices, and rows far from the viewport drop their
+  documents (keeping their height) so memory stays bounded however long the conversation is.
+- A streaming reply is settled blocks (each rendered once, code highlighted when its fence closes)
+  plus a live tail re-rendered on each flush; a tail too long to re-render cheaply grows by plain
+  appends until it settles. Deltas are coalesced on a 40 ms timer.
+- Painting draws only the rows, and within a row only the blocks, that intersect the exposed area.
+- When a row above the viewport changes height, the scroll position moves with it, so what the user
+  reads does not jump; the view follows a growing reply only when it was already at the bottom.
+
+Everything the model wrote goes through `ui.markdown` (safe documents: no resource loading, no raw
+HTML); links open only as http(s) after confirmation, and their tooltips are escaped.
+"""
 
 from __future__ import annotations
 
+import bisect
+import html
 import math
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from PySide6.QtCore import QSizeF, Qt, QTimer
-from PySide6.QtGui import QDesktopServices, QTextOption
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtCore import (
+    QT_TRANSLATE_NOOP,
+    QCoreApplication,
+    QEvent,
+    QPoint,
+    QPointF,
+    QRect,
+    QRectF,
+    QSize,
+    Qt,
+    QTimer,
+    QUrl,
+    Signal,
+)
+from PySide6.QtGui import (
+    QAbstractTextDocumentLayout,
+    QColor,
+    QContextMenuEvent,
+    QDesktopServices,
+    QFont,
+    QFontDatabase,
+    QFontMetricsF,
+    QGuiApplication,
+    QHelpEvent,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+    QResizeEvent,
+)
+from PySide6.QtWidgets import QAbstractScrollArea, QMenu, QToolTip, QWidget
 
-from ui.safe_browser import ConfirmOpen, OpenUrl, SafeTextBrowser, confirm_open_url
+from ui.markdown import (
+    BlockSplitter,
+    RenderStyle,
+    Segment,
+    append_plain,
+    render_markdown,
+    render_plain,
+    split_markdown,
+)
+from ui.safe_browser import ConfirmOpen, OpenUrl, confirm_open_url, is_openable
+from ui.theme import LIGHT, Theme
 
-# Deltas arriving faster than this are merged into one re-render of the streaming row.
+# Deltas arriving faster than this are merged into one render of the streaming row.
 FLUSH_INTERVAL_MS = 40
 # Within this many pixels of the end counts as "at the bottom", so a rounding step does not unstick.
 BOTTOM_SLACK_PX = 4
+# The live tail is re-rendered as Markdown up to this size; past it, new text is appended as plain
+# text until the block settles, so per-flush work stays bounded for an endless paragraph or code block.
+TAIL_MARKDOWN_LIMIT = 3_000
+# Rows keeping their rendered documents; the rest keep only their height.
+MAX_RENDERED_ROWS = 300
+# Time the idle measuring pass may take per event-loop turn.
+IDLE_SLICE_S = 0.004
+COPIED_FEEDBACK_MS = 1_500
+FLASH_MS = 1_600
 
-ROLE_LABELS = {"user": "You", "assistant": "Hearth", "system": "System"}
-STATUS_BADGES = {
-    "streaming": "Writing…",
-    "stopped": "Stopped",
-    "error": "Error",
-    "interrupted": "Interrupted: Hearth closed before this reply finished",
+VIEW_MARGIN = 16
+ROW_SPACING = 10
+ROW_PAD = 12
+GAP = 4
+# Between the rendered blocks of one message (each is its own document, so their margins do not meet).
+SEGMENT_GAP = 8
+ACTION_HEIGHT = 24
+ACTION_PAD = 8
+
+CONTEXT = "Transcript"
+ROLE_LABELS = {
+    "user": QT_TRANSLATE_NOOP("Transcript", "You"),
+    "assistant": QT_TRANSLATE_NOOP("Transcript", "Hearth"),
+    "system": QT_TRANSLATE_NOOP("Transcript", "System"),
 }
+STATUS_BADGES = {
+    "streaming": QT_TRANSLATE_NOOP("Transcript", "Writing…"),
+    "stopped": QT_TRANSLATE_NOOP("Transcript", "Stopped"),
+    "error": QT_TRANSLATE_NOOP("Transcript", "Error"),
+    "interrupted": QT_TRANSLATE_NOOP("Transcript", "Interrupted: Hearth closed before this reply finished"),
+}
+ACTION_LABELS = {
+    "previous": "‹",
+    "next": "›",
+    "copy": QT_TRANSLATE_NOOP("Transcript", "Copy"),
+    "edit": QT_TRANSLATE_NOOP("Transcript", "Edit"),
+    "regenerate": QT_TRANSLATE_NOOP("Transcript", "Regenerate"),
+    "delete": QT_TRANSLATE_NOOP("Transcript", "Delete"),
+    "info": QT_TRANSLATE_NOOP("Transcript", "Info"),
+}
+ACTION_TIPS = {
+    "previous": QT_TRANSLATE_NOOP("Transcript", "Previous version"),
+    "next": QT_TRANSLATE_NOOP("Transcript", "Next version"),
+    "copy": QT_TRANSLATE_NOOP("Transcript", "Copy as Markdown"),
+    "edit": QT_TRANSLATE_NOOP("Transcript", "Edit this message (the current version is kept)"),
+    "regenerate": QT_TRANSLATE_NOOP("Transcript", "Write another reply (this one is kept)"),
+    "delete": QT_TRANSLATE_NOOP("Transcript", "Delete this message and what follows it"),
+    "info": QT_TRANSLATE_NOOP("Transcript", "How this reply was made"),
+}
+# Actions that change the conversation; they wait while a reply is being written.
+EDITING_ACTIONS = frozenset({"previous", "next", "edit", "regenerate", "delete"})
+ROLE_ACTIONS = {
+    "user": ("copy", "edit", "delete"),
+    "assistant": ("copy", "regenerate", "delete", "info"),
+}
+
+
+def _tr(text: str) -> str:
+    return QCoreApplication.translate(CONTEXT, text)
 
 
 @dataclass(frozen=True)
@@ -31,15 +142,18 @@ class ReplyStats:
     ttft_s: float | None
     tokens_per_second: float | None
     completion_tokens: int | None
+    prompt_tokens: int | None = None
 
     def describe(self) -> str:
         parts = []
         if self.ttft_s is not None:
-            parts.append(f"TTFT {self.ttft_s:.2f} s")
+            parts.append(_tr("TTFT {seconds} s").format(seconds=f"{self.ttft_s:.2f}"))
         if self.tokens_per_second is not None:
-            parts.append(f"{self.tokens_per_second:.1f} tok/s")
+            parts.append(_tr("{rate} tok/s").format(rate=f"{self.tokens_per_second:.1f}"))
+        if self.prompt_tokens is not None:
+            parts.append(_tr("{count} tokens in").format(count=self.prompt_tokens))
         if self.completion_tokens is not None:
-            parts.append(f"{self.completion_tokens} tokens")
+            parts.append(_tr("{count} tokens out").format(count=self.completion_tokens))
         return " · ".join(parts)
 
 
@@ -51,103 +165,339 @@ class TranscriptEntry:
     status: str = "complete"
     error: str | None = None
     stats: ReplyStats | None = None
+    sibling_index: int = 1
+    sibling_count: int = 1
+    context_note: str | None = None
 
 
-def _plain_label(object_name: str) -> QLabel:
-    # Plain text: badges and errors can carry model or file names, which must never be parsed as HTML.
-    label = QLabel()
-    label.setObjectName(object_name)
-    label.setTextFormat(Qt.TextFormat.PlainText)
-    label.setWordWrap(True)
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    return label
+@dataclass
+class _Geometry:
+    """Where things are inside a row, in row coordinates, for one width."""
+
+    width: int
+    header: QRectF
+    body_top: float
+    seg_tops: list[float]
+    body_height: float
+    badge: QRectF | None
+    note: QRectF | None
+    stats: QRectF | None
+    actions: list[tuple[str, QRectF]]
+    height: int
 
 
-class MessageBody(SafeTextBrowser):
-    """As tall as its text, so the transcript, not each message, scrolls."""
-
-    def __init__(self, parent: QWidget, *, confirm_open: ConfirmOpen, open_url: OpenUrl) -> None:
-        super().__init__(parent, confirm_open=confirm_open, open_url=open_url)
-        self.setObjectName("messageBody")
-        self.setFrameShape(QFrame.Shape.NoFrame)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
-
-    def _fit_height(self, size: QSizeF) -> None:
-        self.setFixedHeight(math.ceil(size.height()) + 2 * self.frameWidth())
+@dataclass(frozen=True)
+class _Hit:
+    message_id: int
+    kind: str  # "action" | "code" | "link"
+    key: str
 
 
-class MessageRow(QFrame):
-    def __init__(
-        self, entry: TranscriptEntry, parent: QWidget, *, confirm_open: ConfirmOpen, open_url: OpenUrl
-    ) -> None:
-        super().__init__(parent)
-        self.setObjectName("messageRow")
-        # Read by the style sheet (QFrame#messageRow[role="user"]).
-        self.setProperty("role", entry.role)
-        self.message_id = entry.message_id
-        self.role = entry.role
+@dataclass(frozen=True)
+class _Fonts:
+    body: QFont
+    code: QFont
+    role: QFont
+    small: QFont
+    action: QFont
+    # For estimating the height of rows not laid out yet.
+    average_char: float
+    line: float
+    chrome: float
+
+
+class MessageRow:
+    """One message: its text, its rendered blocks (when near the viewport) and its painted layout."""
+
+    def __init__(self, entry: TranscriptEntry) -> None:
+        self.entry = entry
         self._parts = [entry.content]
+        self._pending: list[str] = []
+        self.segments: list[Segment] | None = None
+        self._splitter: BlockSplitter | None = None
+        self._tail: Segment | None = None
+        self._tail_plain = False
+        self._tail_generation = -1
+        self.height = 0
+        # The width `height` is exact for; None while it is an estimate.
+        self.measured_width: int | None = None
+        self.geometry: _Geometry | None = None
+        self.flash_until = 0.0
+        self.copied: str | None = None
+        if entry.status == "streaming":
+            self._splitter = BlockSplitter()
 
-        self.role_label = _plain_label("roleLabel")
-        self.role_label.setText(ROLE_LABELS.get(entry.role, entry.role))
-        self.badge = _plain_label("statusBadge")
-        self.body = MessageBody(self, confirm_open=confirm_open, open_url=open_url)
-        self.stats_label = _plain_label("statsLine")
-
-        header = QHBoxLayout()
-        header.addWidget(self.role_label)
-        header.addStretch(1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(12, 8, 12, 8)
-        layout.setSpacing(4)
-        layout.addLayout(header)
-        layout.addWidget(self.body)
-        layout.addWidget(self.badge)
-        layout.addWidget(self.stats_label)
-
-        self.render_body()
-        self.set_status(entry.status, entry.stats, entry.error)
+    # -- what tests and the window read -------------------------------------------------------------
 
     @property
-    def text(self) -> str:
-        return "".join(self._parts)
+    def message_id(self) -> int:
+        return self.entry.message_id
+
+    @property
+    def role(self) -> str:
+        return self.entry.role
 
     @property
     def status(self) -> str:
-        return str(self.property("status"))
+        return self.entry.status
 
-    def append(self, text: str) -> None:
-        self._parts.append(text)
+    @property
+    def streaming(self) -> bool:
+        return self._splitter is not None
 
-    def render_body(self) -> None:
-        text = self.text
-        # What the user typed is shown as typed; only model output is read as Markdown.
-        if self.role == "user":
-            self.body.setPlainText(text)
-        else:
-            self.body.set_markdown(text)
+    @property
+    def text(self) -> str:
+        return "".join(self._parts) + "".join(self._pending)
 
-    def set_status(self, status: str, stats: ReplyStats | None = None, error: str | None = None) -> None:
-        self.setProperty("status", status)
-        badge = STATUS_BADGES.get(status, "")
+    @property
+    def badge_text(self) -> str:
+        badge = _tr(STATUS_BADGES[self.status]) if self.status in STATUS_BADGES else ""
+        error = self.entry.error
         if error:
             badge = f"{badge}: {error}" if badge else error
-        self.badge.setText(badge)
-        self.badge.setVisible(bool(badge))
-        self.badge.setProperty("status", status)
-        # Re-polish so the style sheet's [status=...] selectors see the new value.
-        self.badge.style().unpolish(self.badge)
-        self.badge.style().polish(self.badge)
-        described = stats.describe() if stats else ""
-        self.stats_label.setText(described)
-        self.stats_label.setVisible(bool(described))
+        return badge
+
+    @property
+    def stats_text(self) -> str:
+        return self.entry.stats.describe() if self.entry.stats else ""
+
+    @property
+    def note_text(self) -> str:
+        note = self.entry.context_note
+        return _tr("Context: {note}").format(note=note) if note else ""
+
+    @property
+    def sibling_text(self) -> str:
+        if self.entry.sibling_count <= 1:
+            return ""
+        return f"{self.entry.sibling_index}/{self.entry.sibling_count}"
+
+    def actions(self) -> list[str]:
+        if self.streaming:
+            return []
+        names: list[str] = []
+        if self.entry.sibling_count > 1:
+            names += ["previous", "sibling", "next"]
+        names += ROLE_ACTIONS.get(self.role, ("copy",))
+        return names
+
+    def rendered_text(self) -> str:
+        """What the row shows, as plain text (rendered on demand)."""
+        segments = self.segments or []
+        pieces = [segment.plain_text() for segment in segments]
+        if self._tail is not None:
+            pieces.append(self._tail.plain_text())
+        return "\n".join(pieces)
+
+    def code_blocks(self) -> list[str]:
+        return [code.text for segment in self.segments or [] for code in segment.code_blocks]
+
+    # -- rendering ---------------------------------------------------------------------------------
+
+    def render(self, style: RenderStyle) -> None:
+        if self.segments is not None:
+            return
+        text = "".join(self._parts)
+        if self.role == "user":
+            # What the user typed is shown as typed; only model output is read as Markdown.
+            self.segments = [render_plain(text, style)] if text else []
+        elif self._splitter is not None:
+            self._splitter = BlockSplitter()
+            self.segments = [render_markdown(block, style) for block in self._splitter.feed(text)]
+            self._tail = None
+            self._update_tail(style)
+        else:
+            self.segments = [render_markdown(block, style) for block in split_markdown(text)]
+        self.geometry = None
+
+    def release(self) -> None:
+        """Drop the documents (the height stays valid for the width it was measured at)."""
+        if self.streaming:
+            return
+        self.segments = None
+        self.geometry = None
+
+    def append(self, text: str) -> None:
+        self._pending.append(text)
+
+    def apply_pending(self, style: RenderStyle) -> bool:
+        """Move queued text into the documents: new settled blocks once each, then the tail."""
+        if not self._pending:
+            return False
+        text = "".join(self._pending)
+        self._pending.clear()
+        self._parts.append(text)
+        if self.segments is None or self._splitter is None:
+            return True
+        settled = self._splitter.feed(text)
+        self._add_settled(settled, style)
+        self._update_tail(style)
+        return True
+
+    def finish(self, style: RenderStyle, entry: TranscriptEntry) -> None:
+        self.apply_pending(style)
+        if self._splitter is not None and self.segments is not None:
+            self._add_settled(self._splitter.finish(), style)
+        self._splitter = None
+        self._tail = None
+        self.entry = replace(entry, content=self.text)
+        self.geometry = None
+        self.measured_width = None
+
+    def _add_settled(self, blocks: list[str], style: RenderStyle) -> None:
+        assert self.segments is not None
+        for block in blocks:
+            segment = render_markdown(block, style)
+            if self.geometry is not None:
+                segment.layout(self._content_width(self.geometry.width))
+            self.segments.append(segment)
+
+    def _update_tail(self, style: RenderStyle) -> None:
+        assert self._splitter is not None
+        pending = self._splitter.pending
+        generation = self._splitter.settled_count
+        if not pending.strip():
+            self._tail = None
+        elif len(pending) <= TAIL_MARKDOWN_LIMIT:
+            self._tail = render_markdown(pending, style, settled=False)
+            self._tail_plain = False
+        elif self._tail is not None and self._tail_plain and generation == self._tail_generation:
+            append_plain(self._tail, pending[len(self._tail.source) :])
+        else:
+            self._tail = render_plain(pending, style, monospace=self._splitter.in_fence)
+            self._tail_plain = True
+        self._tail_generation = generation
+        if self._tail is not None and self.geometry is not None:
+            self._tail.layout(self._content_width(self.geometry.width))
+
+    # -- layout ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _content_width(width: int) -> float:
+        return float(max(40, width - 2 * ROW_PAD))
+
+    def estimate(self, width: int, fonts: _Fonts) -> int:
+        per_line = max(20.0, self._content_width(width) / fonts.average_char)
+        text = self.text
+        lines = text.count("\n") + len(text) / per_line + 1
+        return math.ceil(fonts.chrome + lines * fonts.line)
+
+    def layout(self, width: int, style: RenderStyle, fonts: _Fonts) -> int:
+        """Exact geometry for `width`; renders first if needed. Returns the height."""
+        self.render(style)
+        assert self.segments is not None
+        content = self._content_width(width)
+        role_h = QFontMetricsF(fonts.role).height()
+        header = QRectF(ROW_PAD, ROW_PAD, content, role_h)
+        body_top = header.bottom() + GAP
+        tops: list[float] = []
+        y = body_top
+        for segment in self.segments:
+            tops.append(y)
+            y += segment.layout(content) + SEGMENT_GAP
+        if self._tail is not None:
+            y += self._tail.layout(content) + SEGMENT_GAP
+        body = max(0.0, y - body_top - SEGMENT_GAP)
+        geometry = _Geometry(width, header, body_top, tops, body, None, None, None, [], 0)
+        self.geometry = geometry
+        self._layout_footer(fonts)
+        self.measured_width = width
+        return self.height
+
+    def relayout_growth(self, fonts: _Fonts) -> None:
+        """After a flush: lay out only the new blocks and the tail, then the footer."""
+        geometry = self.geometry
+        assert geometry is not None and self.segments is not None
+        content = self._content_width(geometry.width)
+        y = geometry.body_top
+        if geometry.seg_tops:
+            last = len(geometry.seg_tops) - 1
+            y = geometry.seg_tops[last] + self.segments[last].height + SEGMENT_GAP
+        for segment in self.segments[len(geometry.seg_tops) :]:
+            geometry.seg_tops.append(y)
+            y += segment.layout(content) + SEGMENT_GAP
+        if self._tail is not None:
+            y += self._tail.layout(content) + SEGMENT_GAP
+        geometry.body_height = max(0.0, y - geometry.body_top - SEGMENT_GAP)
+        self._layout_footer(fonts)
+
+    def _layout_footer(self, fonts: _Fonts) -> None:
+        geometry = self.geometry
+        assert geometry is not None
+        content = self._content_width(geometry.width)
+        y = geometry.body_top + geometry.body_height
+        if self.streaming and not self.segments and self._tail is None:
+            y += QFontMetricsF(fonts.body).lineSpacing()
+        small = QFontMetricsF(fonts.small)
+        flags = int(Qt.TextFlag.TextWordWrap)
+
+        def block(text: str) -> QRectF | None:
+            nonlocal y
+            if not text:
+                return None
+            bounds = small.boundingRect(QRectF(0, 0, content, 1e6), flags, text)
+            rect = QRectF(ROW_PAD, y + GAP, content, math.ceil(bounds.height()))
+            y = rect.bottom()
+            return rect
+
+        geometry.badge = block(self.badge_text)
+        geometry.note = block(self.note_text)
+        geometry.stats = block(self.stats_text)
+        geometry.actions = []
+        names = self.actions()
+        if names:
+            metrics = QFontMetricsF(fonts.action)
+            x = float(ROW_PAD) - ACTION_PAD
+            top = y + GAP
+            for name in names:
+                label = self.sibling_text if name == "sibling" else self.action_label(name)
+                w = metrics.horizontalAdvance(label) + 2 * ACTION_PAD
+                geometry.actions.append((name, QRectF(x, top, w, ACTION_HEIGHT)))
+                x += w + 2
+            y = top + ACTION_HEIGHT
+        geometry.height = math.ceil(y + ROW_PAD)
+        self.height = geometry.height
+
+    def action_label(self, name: str) -> str:
+        if name == "copy" and self.copied == "message":
+            return _tr("Copied")
+        return _tr(ACTION_LABELS[name]) if name in ACTION_LABELS else name
+
+    def body_segments(self) -> list[tuple[float, Segment]]:
+        """(top in row coordinates, segment) for each block, the live tail last."""
+        geometry = self.geometry
+        if geometry is None or self.segments is None:
+            return []
+        placed = list(zip(geometry.seg_tops, self.segments, strict=False))
+        if self._tail is not None:
+            bottom = geometry.body_top
+            if placed:
+                bottom = placed[-1][0] + placed[-1][1].height + SEGMENT_GAP
+            placed.append((bottom, self._tail))
+        return placed
+
+    def segments_between(self, top: float, bottom: float) -> list[tuple[float, Segment]]:
+        """The blocks intersecting [top, bottom) in row coordinates, found by bisection."""
+        placed = self.body_segments()
+        if not placed:
+            return []
+        tops = [y for y, _ in placed]
+        start = max(0, bisect.bisect_right(tops, top) - 1)
+        found = []
+        for y, segment in placed[start:]:
+            if y >= bottom:
+                break
+            if y + segment.height > top:
+                found.append((y, segment))
+        return found
 
 
-class Transcript(QScrollArea):
+class Transcript(QAbstractScrollArea):
+    """Emits `actionTriggered(action, message_id)` for everything but copying, which it does itself."""
+
+    actionTriggered = Signal(str, int)
+    copied = Signal(str)
+
     def __init__(
         self,
         parent: QWidget | None = None,
@@ -157,61 +507,219 @@ class Transcript(QScrollArea):
     ) -> None:
         super().__init__(parent)
         self.setObjectName("transcript")
-        self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.viewport().setMouseTracking(True)
         self._confirm_open = confirm_open
         self._open_url = open_url
-        self._rows: dict[int, MessageRow] = {}
+        self._theme: Theme = LIGHT
+        self._style = self._make_style()
+        self._fonts = self._make_fonts()
+        self._rows: list[MessageRow] = []
+        self._index: dict[int, int] = {}
+        self._tops: list[int] = []
+        self._tops_valid = False
+        self._total = 0
+        self._width = self._row_width()
         self._dirty: set[int] = set()
-
-        self._container = QWidget()
-        self._container.setObjectName("transcriptContainer")
-        self._layout = QVBoxLayout(self._container)
-        self._layout.setContentsMargins(16, 12, 16, 12)
-        self._layout.setSpacing(10)
-        self._layout.addStretch(1)
-        self.setWidget(self._container)
+        self._editing_enabled = True
+        self._hover: _Hit | None = None
+        self._pressed: _Hit | None = None
+        self._stick_to_bottom = True
+        self._scrolling = False
+        self._settling = False
+        self._idle_queue: list[int] = []
+        self._idle_next = 0
 
         self._flush_timer = QTimer(self)
         self._flush_timer.setSingleShot(True)
         self._flush_timer.setInterval(FLUSH_INTERVAL_MS)
         self._flush_timer.timeout.connect(self.flush)
+        self._idle_timer = QTimer(self)
+        self._idle_timer.setSingleShot(True)
+        self._idle_timer.setInterval(0)
+        self._idle_timer.timeout.connect(self._idle_measure)
+        self._feedback_timer = QTimer(self)
+        self._feedback_timer.setSingleShot(True)
+        self._feedback_timer.timeout.connect(self._clear_feedback)
+        self._flash_timer = QTimer(self)
+        self._flash_timer.setSingleShot(True)
+        self._flash_timer.timeout.connect(self.viewport().update)
 
-        self._stick_to_bottom = True
         bar = self.verticalScrollBar()
-        bar.valueChanged.connect(self._remember_position)
-        bar.rangeChanged.connect(self._follow_growth)
+        bar.setSingleStep(40)
+        bar.valueChanged.connect(self._on_scrolled)
+
+    # -- styles -------------------------------------------------------------------------------------
+
+    def _make_style(self) -> RenderStyle:
+        font = QFont(self.font())
+        code = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        if font.pointSizeF() > 0:
+            code.setPointSizeF(font.pointSizeF() * 0.95)
+        return RenderStyle(self._theme, font, code)
+
+    def _make_fonts(self) -> _Fonts:
+        body = QFont(self.font())
+        role = QFont(body)
+        role.setBold(True)
+        small = QFont(body)
+        action = QFont(body)
+        if body.pointSizeF() > 0:
+            small.setPointSizeF(body.pointSizeF() * 0.86)
+            action.setPointSizeF(body.pointSizeF() * 0.9)
+        metrics = QFontMetricsF(body)
+        chrome = 2 * ROW_PAD + QFontMetricsF(role).height() + GAP + ACTION_HEIGHT + 2 * GAP
+        return _Fonts(
+            body,
+            self._style.code_font,
+            role,
+            small,
+            action,
+            max(1.0, metrics.averageCharWidth()),
+            metrics.lineSpacing(),
+            chrome,
+        )
+
+    @property
+    def theme(self) -> Theme:
+        return self._theme
+
+    def set_theme(self, theme: Theme) -> None:
+        """Colours are baked into rendered documents (syntax, links), so every row renders again."""
+        self._theme = theme
+        self._restyle()
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+            self._restyle()
+        elif event.type() == QEvent.Type.LanguageChange:
+            self._invalidate_layout()
+
+    def _restyle(self) -> None:
+        self._style = self._make_style()
+        self._fonts = self._make_fonts()
+        for row in self._rows:
+            row.release()
+            if row.streaming:
+                row.segments = None
+        self._invalidate_layout()
+
+    def _invalidate_layout(self) -> None:
+        for row in self._rows:
+            row.measured_width = None
+            row.geometry = None
+        self._relayout_all()
+
+    # -- rows ---------------------------------------------------------------------------------------
 
     def row(self, message_id: int) -> MessageRow | None:
-        return self._rows.get(message_id)
+        index = self._index.get(message_id)
+        return self._rows[index] if index is not None else None
 
     def rows(self) -> list[MessageRow]:
-        return list(self._rows.values())
+        return list(self._rows)
+
+    def entries(self) -> list[TranscriptEntry]:
+        return [replace(row.entry, content=row.text) for row in self._rows]
 
     def clear(self) -> None:
         self._flush_timer.stop()
+        self._idle_timer.stop()
         self._dirty.clear()
-        for row in self._rows.values():
-            self._layout.removeWidget(row)
-            row.deleteLater()
-        self._rows.clear()
+        self._rows = []
+        self._index = {}
+        self._hover = self._pressed = None
         self._stick_to_bottom = True
+        self._relayout_all()
 
     def set_entries(self, entries: Sequence[TranscriptEntry]) -> None:
         self.clear()
-        for entry in entries:
-            self.add_entry(entry)
+        self._rows = [MessageRow(entry) for entry in entries]
+        self._reindex()
+        for row in self._rows:
+            row.height = row.estimate(self._width, self._fonts)
+        self._relayout_all()
+        self.scroll_to_bottom()
 
     def add_entry(self, entry: TranscriptEntry) -> MessageRow:
-        row = MessageRow(entry, self._container, confirm_open=self._confirm_open, open_url=self._open_url)
-        self._rows[entry.message_id] = row
-        # Before the trailing stretch, which keeps a short conversation at the top.
-        self._layout.insertWidget(self._layout.count() - 1, row)
+        row = MessageRow(entry)
+        row.height = row.estimate(self._width, self._fonts)
+        if entry.message_id in self._index:
+            self.remove_from(entry.message_id)
+        self._rows.append(row)
+        self._index[entry.message_id] = len(self._rows) - 1
+        if row.streaming:
+            row.render(self._style)
+        self._relayout_all()
         return row
+
+    def remove_from(self, message_id: int) -> None:
+        """Drop this message's row and every row after it (a branch being replaced)."""
+        index = self._index.get(message_id)
+        if index is None:
+            return
+        for row in self._rows[index:]:
+            self._dirty.discard(row.message_id)
+        del self._rows[index:]
+        self._reindex()
+        self._relayout_all()
+
+    def update_entry(self, entry: TranscriptEntry) -> None:
+        """New facts about a message (sibling counts, stats, status); its text re-renders only if it
+        changed."""
+        row = self.row(entry.message_id)
+        if row is None or row.streaming:
+            return
+        if entry.content != row.text or entry.role != row.role:
+            index = self._index[entry.message_id]
+            self._rows[index] = MessageRow(entry)
+            self._rows[index].height = row.height
+        else:
+            row.entry = entry
+            row.geometry = None
+            row.measured_width = None
+        self._relayout_all()
+
+    def sync_entries(self, entries: Sequence[TranscriptEntry]) -> None:
+        """Show `entries`, keeping the rendered rows that did not change and the scroll position."""
+        current = [row.message_id for row in self._rows]
+        if current != [entry.message_id for entry in entries]:
+            stick = self._stick_to_bottom
+            self.set_entries(entries)
+            if not stick:
+                self._stick_to_bottom = False
+            return
+        for entry in entries:
+            self.update_entry(entry)
+
+    def _reindex(self) -> None:
+        self._index = {row.message_id: i for i, row in enumerate(self._rows)}
+
+    def set_editing_enabled(self, enabled: bool) -> None:
+        """Actions that change the conversation wait while a reply is being written."""
+        if enabled != self._editing_enabled:
+            self._editing_enabled = enabled
+            self.viewport().update()
+
+    def action_enabled(self, message_id: int, action: str) -> bool:
+        row = self.row(message_id)
+        if row is None or action not in row.actions():
+            return False
+        if action in EDITING_ACTIONS and not self._editing_enabled:
+            return False
+        if action == "previous":
+            return row.entry.sibling_index > 1
+        if action == "next":
+            return row.entry.sibling_index < row.entry.sibling_count
+        return action != "sibling"
+
+    # -- streaming ----------------------------------------------------------------------------------
 
     def append_delta(self, message_id: int, text: str) -> None:
         """Queue text for a streaming row; rendering waits for the next flush tick."""
-        row = self._rows.get(message_id)
+        row = self.row(message_id)
         if row is None:
             return
         row.append(text)
@@ -221,34 +729,580 @@ class Transcript(QScrollArea):
 
     def flush(self) -> None:
         for message_id in self._dirty:
-            row = self._rows.get(message_id)
-            if row is not None:
-                row.render_body()
+            index = self._index.get(message_id)
+            if index is None:
+                continue
+            row = self._rows[index]
+            if not row.apply_pending(self._style):
+                continue
+            old = row.height
+            if row.geometry is not None and row.geometry.width == self._width:
+                row.relayout_growth(self._fonts)
+            else:
+                row.height = row.estimate(self._width, self._fonts)
+                row.measured_width = None
+            self._height_changed(index, row.height - old)
         self._dirty.clear()
+        self._after_growth()
 
     def finish(
-        self, message_id: int, status: str, stats: ReplyStats | None = None, error: str | None = None
+        self,
+        message_id: int,
+        status: str,
+        stats: ReplyStats | None = None,
+        error: str | None = None,
+        *,
+        context_note: str | None = None,
     ) -> None:
-        row = self._rows.get(message_id)
-        if row is None:
+        index = self._index.get(message_id)
+        if index is None:
             return
-        if message_id in self._dirty:
-            self._dirty.discard(message_id)
-            row.render_body()
-        row.set_status(status, stats, error)
+        row = self._rows[index]
+        self._dirty.discard(message_id)
+        old = row.height
+        entry = replace(row.entry, status=status, stats=stats, error=error, context_note=context_note)
+        row.finish(self._style, entry)
+        if not self._measure(index) and row.height != old:
+            self._height_changed(index, row.height - old)
+        self._after_growth()
+
+    def _after_growth(self) -> None:
+        self._update_scroll_range()
+        if self._stick_to_bottom:
+            self._scroll_to(self.verticalScrollBar().maximum())
+        self.viewport().update()
+
+    # -- geometry -----------------------------------------------------------------------------------
+
+    def _row_width(self) -> int:
+        return max(120, self.viewport().width() - 2 * VIEW_MARGIN)
+
+    def _ensure_tops(self) -> None:
+        if self._tops_valid:
+            return
+        tops = []
+        y = ROW_SPACING
+        for row in self._rows:
+            tops.append(y)
+            y += row.height + ROW_SPACING
+        self._tops = tops
+        self._total = y
+        self._tops_valid = True
+
+    def _top(self, index: int) -> int:
+        self._ensure_tops()
+        return self._tops[index]
+
+    def _height_changed(self, index: int, delta: int) -> None:
+        """Keep what the user reads in place when a row above the viewport changes height."""
+        if delta == 0:
+            return
+        top = self._top(index)
+        self._tops_valid = False
+        if not self._stick_to_bottom and top < self.verticalScrollBar().value():
+            self._update_scroll_range()
+            self._scroll_to(self.verticalScrollBar().value() + delta)
+
+    def _measure(self, index: int) -> bool:
+        """Lay out a row exactly at the current width; True if its height changed."""
+        row = self._rows[index]
+        if row.measured_width == self._width and row.geometry is not None:
+            return False
+        old = row.height
+        row.layout(self._width, self._style, self._fonts)
+        if row.height != old:
+            self._height_changed(index, row.height - old)
+            return True
+        return False
+
+    def _relayout_all(self) -> None:
+        self._width = self._row_width()
+        self._tops_valid = False
+        self._update_scroll_range()
+        self._settle_viewport()
+        if self._stick_to_bottom:
+            self._scroll_to(self.verticalScrollBar().maximum())
+        self._idle_queue = []
+        self._idle_next = 0
+        self._idle_timer.start()
+        self.viewport().update()
+
+    def _update_scroll_range(self) -> None:
+        self._ensure_tops()
+        bar = self.verticalScrollBar()
+        maximum = max(0, self._total - self.viewport().height())
+        if bar.maximum() != maximum or bar.pageStep() != self.viewport().height():
+            self._scrolling = True
+            try:
+                bar.setRange(0, maximum)
+                bar.setPageStep(self.viewport().height())
+            finally:
+                self._scrolling = False
+
+    def _visible_range(self, top: int, bottom: int) -> range:
+        self._ensure_tops()
+        if not self._rows:
+            return range(0)
+        first = max(0, bisect.bisect_right(self._tops, top) - 1)
+        last = bisect.bisect_left(self._tops, bottom)
+        return range(first, min(len(self._rows), last))
+
+    def _settle_viewport(self) -> None:
+        """Measure the rows in view; repeat, because measuring moves rows in and out of view."""
+        if self._settling:
+            return
+        self._settling = True
+        try:
+            for _ in range(8):
+                value = self.verticalScrollBar().value()
+                changed = False
+                for index in self._visible_range(value, value + self.viewport().height()):
+                    changed |= self._measure(index)
+                self._update_scroll_range()
+                if self._stick_to_bottom:
+                    self._scroll_to(self.verticalScrollBar().maximum())
+                if not changed:
+                    return
+        finally:
+            self._settling = False
+
+    def _idle_measure(self) -> None:
+        """Measure the rows not measured yet, nearest to the viewport first, a few at a time."""
+        deadline = time.perf_counter() + IDLE_SLICE_S
+        if not self._idle_queue:
+            self._idle_queue = self._idle_order()
+        order = self._idle_queue
+        while self._idle_next < len(order):
+            index = order[self._idle_next]
+            self._idle_next += 1
+            if index < len(self._rows):
+                self._measure(index)
+            if time.perf_counter() > deadline:
+                break
+        self._release_far_rows()
+        self._update_scroll_range()
+        if self._stick_to_bottom:
+            self._scroll_to(self.verticalScrollBar().maximum())
+        if self._idle_next < len(order):
+            self._idle_timer.start()
+
+    def _idle_order(self) -> list[int]:
+        value = self.verticalScrollBar().value()
+        visible = self._visible_range(value, value + self.viewport().height())
+        middle = visible.start if visible else len(self._rows) - 1
+        return sorted(range(len(self._rows)), key=lambda i: abs(i - middle))
+
+    def _release_far_rows(self) -> None:
+        rendered = [i for i, row in enumerate(self._rows) if row.segments is not None and not row.streaming]
+        if len(rendered) <= MAX_RENDERED_ROWS:
+            return
+        value = self.verticalScrollBar().value()
+        visible = self._visible_range(value, value + self.viewport().height())
+        middle = visible.start if visible else 0
+        rendered.sort(key=lambda i: abs(i - middle), reverse=True)
+        for index in rendered[: len(rendered) - MAX_RENDERED_ROWS]:
+            self._rows[index].release()
+
+    # -- scrolling ----------------------------------------------------------------------------------
+
+    def _scroll_to(self, value: int) -> None:
+        self._scrolling = True
+        try:
+            self.verticalScrollBar().setValue(value)
+        finally:
+            self._scrolling = False
+
+    def _on_scrolled(self, _value: int) -> None:
+        if not self._scrolling:
+            self._stick_to_bottom = self.is_at_bottom()
+        self._settle_viewport()
+        self.viewport().update()
 
     def scroll_to_bottom(self) -> None:
         self._stick_to_bottom = True
-        bar = self.verticalScrollBar()
-        bar.setValue(bar.maximum())
+        self._settle_viewport()
+        self._update_scroll_range()
+        self._scroll_to(self.verticalScrollBar().maximum())
+        self.viewport().update()
 
     def is_at_bottom(self) -> bool:
         bar = self.verticalScrollBar()
         return bar.value() >= bar.maximum() - BOTTOM_SLACK_PX
 
-    def _remember_position(self, _value: int) -> None:
+    def scroll_to_message(self, message_id: int, *, flash: bool = False) -> None:
+        index = self._index.get(message_id)
+        if index is None:
+            return
+        self._measure(index)
+        self._update_scroll_range()
+        self._scroll_to(max(0, self._top(index) - ROW_SPACING))
         self._stick_to_bottom = self.is_at_bottom()
+        self._settle_viewport()
+        if flash:
+            self._rows[index].flash_until = time.monotonic() + FLASH_MS / 1000
+            self._flash_timer.start(FLASH_MS)
+        self.viewport().update()
 
-    def _follow_growth(self, _minimum: int, maximum: int) -> None:
-        if self._stick_to_bottom:
-            self.verticalScrollBar().setValue(maximum)
+    def _ensure_visible(self, index: int, rect: QRectF) -> None:
+        """Scroll so `rect` (row coordinates) is inside the viewport."""
+        top = self._top(index) + rect.top()
+        bottom = self._top(index) + rect.bottom()
+        value = self.verticalScrollBar().value()
+        height = self.viewport().height()
+        if top < value:
+            self._scroll_to(int(top) - ROW_SPACING)
+        elif bottom > value + height:
+            self._scroll_to(int(bottom) - height + ROW_SPACING)
+        self._stick_to_bottom = self.is_at_bottom()
+        self._settle_viewport()
+
+    # -- locating things (tests, accessibility) -----------------------------------------------------
+
+    def _row_origin(self, index: int) -> QPointF:
+        return QPointF(VIEW_MARGIN, self._top(index) - self.verticalScrollBar().value())
+
+    def action_rect(self, message_id: int, action: str) -> QRect:
+        """Where an action button is, in viewport coordinates, after scrolling it into view."""
+        index = self._index[message_id]
+        self._measure(index)
+        geometry = self._rows[index].geometry
+        assert geometry is not None
+        rect = next((r for name, r in geometry.actions if name == action), None)
+        if rect is None:
+            raise KeyError(f"message {message_id} has no {action!r} action")
+        self._ensure_visible(index, rect)
+        return rect.translated(self._row_origin(index)).toAlignedRect()
+
+    def code_copy_rect(self, message_id: int, number: int = 0) -> QRect:
+        """The Copy button of the message's `number`-th code block, in viewport coordinates."""
+        index = self._index[message_id]
+        self._measure(index)
+        row = self._rows[index]
+        blocks = [(y, s, c) for y, s in row.body_segments() for c in s.code_blocks]
+        y, segment, code = blocks[number]
+        button = self._copy_button(segment.code_rect(code)).translated(ROW_PAD, y)
+        self._ensure_visible(index, button)
+        return button.translated(self._row_origin(index)).toAlignedRect()
+
+    def text_point(self, message_id: int, text: str) -> QPoint:
+        """The middle of the first character of `text` in the message, in viewport coordinates."""
+        index = self._index[message_id]
+        self._measure(index)
+        for y, segment in self._rows[index].body_segments():
+            cursor = segment.document.find(text)
+            if cursor.isNull():
+                continue
+            block = cursor.block()
+            layout = block.layout()
+            line = layout.lineForTextPosition(cursor.selectionStart() - block.position())
+            x = line.cursorToX(cursor.selectionStart() - block.position() + 1)
+            block_top = segment.document.documentLayout().blockBoundingRect(block).top()
+            point = QPointF(ROW_PAD + x - 2, y + block_top + line.y() + line.height() / 2)
+            self._ensure_visible(index, QRectF(point, QSize(1, 1)))
+            return (point + self._row_origin(index)).toPoint()
+        raise KeyError(f"{text!r} is not in message {message_id}")
+
+    def visible_message_ids(self) -> list[int]:
+        value = self.verticalScrollBar().value()
+        return [
+            self._rows[i].message_id for i in self._visible_range(value, value + self.viewport().height())
+        ]
+
+    # -- painting -----------------------------------------------------------------------------------
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        self._settle_viewport()
+        painter = QPainter(self.viewport())
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        theme = self._theme
+        painter.fillRect(event.rect(), QColor(theme.window))
+        value = self.verticalScrollBar().value()
+        exposed = event.rect()
+        now = time.monotonic()
+        for index in self._visible_range(value + exposed.top(), value + exposed.bottom() + 1):
+            row = self._rows[index]
+            if row.geometry is None or row.measured_width != self._width:
+                continue
+            origin = self._row_origin(index)
+            painter.save()
+            painter.translate(origin)
+            clip_top = value + exposed.top() - self._top(index)
+            self._paint_row(painter, row, clip_top, clip_top + exposed.height(), now)
+            painter.restore()
+        painter.end()
+
+    def _paint_row(self, painter: QPainter, row: MessageRow, top: float, bottom: float, now: float) -> None:
+        theme = self._theme
+        geometry = row.geometry
+        assert geometry is not None
+        bubble = QRectF(0.5, 0.5, geometry.width - 1, geometry.height - 1)
+        fill = theme.user_bubble if row.role == "user" else theme.assistant_bubble
+        border = theme.user_border if row.role == "user" else theme.assistant_border
+        if row.flash_until > now:
+            fill = theme.flash
+        painter.setPen(QPen(QColor(border), 1))
+        painter.setBrush(QColor(fill))
+        painter.drawRoundedRect(bubble, 10, 10)
+
+        painter.setFont(self._fonts.role)
+        painter.setPen(QColor(theme.role))
+        painter.drawText(geometry.header, int(Qt.AlignmentFlag.AlignLeft), _tr(ROLE_LABELS.get(row.role, "")))
+
+        for y, segment in row.segments_between(top, bottom):
+            self._paint_segment(painter, row, segment, QPointF(ROW_PAD, y), top - y, bottom - y)
+
+        painter.setFont(self._fonts.small)
+        flags = int(Qt.TextFlag.TextWordWrap)
+        if geometry.badge is not None:
+            painter.setPen(QColor(theme.error if row.status == "error" else theme.muted))
+            painter.drawText(geometry.badge, flags, row.badge_text)
+        if geometry.note is not None:
+            painter.setPen(QColor(theme.warning))
+            painter.drawText(geometry.note, flags, row.note_text)
+        if geometry.stats is not None:
+            painter.setPen(QColor(theme.muted))
+            painter.drawText(geometry.stats, flags, row.stats_text)
+        self._paint_actions(painter, row)
+
+    def _paint_segment(
+        self, painter: QPainter, row: MessageRow, segment: Segment, at: QPointF, top: float, bottom: float
+    ) -> None:
+        theme = self._theme
+        painter.save()
+        painter.translate(at)
+        for number, code in enumerate(segment.code_blocks):
+            rect = segment.code_rect(code)
+            if rect.bottom() < top or rect.top() > bottom:
+                continue
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(QColor(theme.code_bg))
+            painter.drawRoundedRect(rect, 6, 6)
+            strip = QRectF(rect.left(), rect.top(), rect.width(), 22)
+            painter.setBrush(QColor(theme.code_header))
+            painter.drawRoundedRect(strip, 6, 6)
+            painter.setFont(self._fonts.small)
+            painter.setPen(QColor(theme.muted))
+            painter.drawText(
+                strip.adjusted(10, 0, -10, 0), int(Qt.AlignmentFlag.AlignVCenter), code.language or ""
+            )
+            button = self._copy_button(rect)
+            key = f"{id(segment)}:{number}"
+            hovered = self._hover is not None and self._hover.kind == "code" and self._hover.key == key
+            if hovered:
+                painter.setBrush(QColor(theme.list_hover))
+                painter.drawRoundedRect(button, 4, 4)
+            painter.setPen(QColor(theme.text if hovered else theme.muted))
+            label = _tr("Copied") if row.copied == key else _tr("Copy")
+            painter.drawText(button, int(Qt.AlignmentFlag.AlignCenter), label)
+        context = QAbstractTextDocumentLayout.PaintContext()
+        context.clip = QRectF(0, top, segment.width, bottom - top)
+        palette = QPalette(self.palette())
+        palette.setColor(QPalette.ColorRole.Text, QColor(theme.text))
+        context.palette = palette
+        painter.setPen(QColor(theme.text))
+        segment.document.documentLayout().draw(painter, context)
+        painter.restore()
+
+    def _copy_button(self, code_rect: QRectF) -> QRectF:
+        width = QFontMetricsF(self._fonts.small).horizontalAdvance(_tr("Copied")) + 16
+        return QRectF(code_rect.right() - width - 4, code_rect.top() + 2, width, 18)
+
+    def _paint_actions(self, painter: QPainter, row: MessageRow) -> None:
+        geometry = row.geometry
+        assert geometry is not None
+        theme = self._theme
+        painter.setFont(self._fonts.action)
+        for name, rect in geometry.actions:
+            if name == "sibling":
+                painter.setPen(QColor(theme.muted))
+                painter.drawText(rect, int(Qt.AlignmentFlag.AlignCenter), row.sibling_text)
+                continue
+            enabled = self.action_enabled(row.message_id, name)
+            hovered = enabled and self._hover == _Hit(row.message_id, "action", name)
+            if hovered:
+                painter.setPen(Qt.PenStyle.NoPen)
+                painter.setBrush(QColor(theme.list_hover))
+                painter.drawRoundedRect(rect, 5, 5)
+            colour = theme.text if hovered else theme.muted if enabled else theme.button_disabled_text
+            painter.setPen(QColor(colour))
+            painter.drawText(rect, int(Qt.AlignmentFlag.AlignCenter), row.action_label(name))
+
+    # -- interaction --------------------------------------------------------------------------------
+
+    def _hit(self, pos: QPoint) -> _Hit | None:
+        value = self.verticalScrollBar().value()
+        y = pos.y() + value
+        for index in self._visible_range(y, y + 1):
+            row = self._rows[index]
+            if row.geometry is None:
+                continue
+            local = QPointF(pos.x() - VIEW_MARGIN, y - self._top(index))
+            for name, rect in row.geometry.actions:
+                if rect.contains(local) and name != "sibling":
+                    return _Hit(row.message_id, "action", name)
+            for top, segment in row.segments_between(local.y(), local.y() + 1):
+                inner = local - QPointF(ROW_PAD, top)
+                for number, code in enumerate(segment.code_blocks):
+                    if self._copy_button(segment.code_rect(code)).contains(inner):
+                        return _Hit(row.message_id, "code", f"{id(segment)}:{number}")
+                href = segment.document.documentLayout().anchorAt(inner)
+                if href:
+                    return _Hit(row.message_id, "link", href)
+        return None
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        hit = self._hit(event.position().toPoint())
+        if hit != self._hover:
+            self._hover = hit
+            clickable = hit is not None and (
+                hit.kind != "action" or self.action_enabled(hit.message_id, hit.key)
+            )
+            cursor = Qt.CursorShape.PointingHandCursor if clickable else Qt.CursorShape.ArrowCursor
+            self.viewport().setCursor(cursor)
+            self.viewport().update()
+        super().mouseMoveEvent(event)
+
+    def leaveEvent(self, event: QEvent) -> None:
+        if self._hover is not None:
+            self._hover = None
+            self.viewport().update()
+        super().leaveEvent(event)
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            self._pressed = self._hit(event.position().toPoint())
+        super().mousePressEvent(event)
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            hit = self._hit(event.position().toPoint())
+            pressed, self._pressed = self._pressed, None
+            if hit is not None and hit == pressed:
+                self._activate(hit)
+        super().mouseReleaseEvent(event)
+
+    def _activate(self, hit: _Hit) -> None:
+        if hit.kind == "link":
+            self._open_link(QUrl(hit.key))
+        elif hit.kind == "code":
+            self._copy_code(hit)
+        elif self.action_enabled(hit.message_id, hit.key):
+            self.trigger(hit.key, hit.message_id)
+
+    def trigger(self, action: str, message_id: int) -> None:
+        """Run a message action as if its button was clicked."""
+        row = self.row(message_id)
+        if row is None:
+            return
+        if action == "copy":
+            QGuiApplication.clipboard().setText(row.text)
+            self._show_copied(row, "message")
+            self.copied.emit(row.text)
+            return
+        self.actionTriggered.emit(action, message_id)
+
+    def _copy_code(self, hit: _Hit) -> None:
+        row = self.row(hit.message_id)
+        if row is None:
+            return
+        segment_id, number = hit.key.split(":")
+        for segment in row.segments or []:
+            if str(id(segment)) == segment_id:
+                code = segment.code_blocks[int(number)].text
+                QGuiApplication.clipboard().setText(code)
+                self._show_copied(row, hit.key)
+                self.copied.emit(code)
+                return
+
+    def _show_copied(self, row: MessageRow, key: str) -> None:
+        for other in self._rows:
+            other.copied = None
+        row.copied = key
+        if row.geometry is not None:
+            row.geometry = None
+            row.measured_width = None
+        self._settle_viewport()
+        self._feedback_timer.start(COPIED_FEEDBACK_MS)
+        self.viewport().update()
+
+    def _clear_feedback(self) -> None:
+        for row in self._rows:
+            if row.copied is not None:
+                row.copied = None
+                row.geometry = None
+                row.measured_width = None
+        self._settle_viewport()
+        self.viewport().update()
+
+    def _open_link(self, url: QUrl) -> None:
+        if not is_openable(url):
+            return
+        if self._confirm_open(self, url):
+            self._open_url(url)
+
+    def viewportEvent(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            hit = self._hit(event.pos())
+            if hit is not None and hit.kind == "link":
+                # Escaped: QToolTip renders anything that looks like HTML, and the target is model output.
+                QToolTip.showText(event.globalPos(), f"<p>{html.escape(hit.key)}</p>", self.viewport())
+            elif hit is not None and hit.kind == "action" and hit.key in ACTION_TIPS:
+                QToolTip.showText(event.globalPos(), html.escape(_tr(ACTION_TIPS[hit.key])), self.viewport())
+            else:
+                QToolTip.hideText()
+                event.ignore()
+            return True
+        return super().viewportEvent(event)
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
+        pos = self.viewport().mapFrom(self, event.pos())
+        y = pos.y() + self.verticalScrollBar().value()
+        rows = self._visible_range(y, y + 1)
+        if not rows:
+            return
+        row = self._rows[rows.start]
+        menu = QMenu(self)
+        for name in row.actions():
+            if name == "sibling":
+                continue
+            action = menu.addAction(_tr(ACTION_TIPS[name]))
+            action.setEnabled(self.action_enabled(row.message_id, name))
+            action.triggered.connect(lambda _checked=False, n=name, m=row.message_id: self.trigger(n, m))
+        if not menu.isEmpty():
+            menu.exec(event.globalPos())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._row_width() == self._width:
+            self._update_scroll_range()
+            self._settle_viewport()
+            return
+        anchor = self._anchor()
+        for row in self._rows:
+            if row.measured_width is not None:
+                # Wider rows are shorter: a proportional guess until the row is measured again.
+                row.height = max(1, round(row.height * self._width / max(1, self._row_width())))
+            row.measured_width = None
+            row.geometry = None
+        self._relayout_all()
+        self._restore_anchor(anchor)
+
+    def _anchor(self) -> tuple[int, float] | None:
+        if self._stick_to_bottom or not self._rows:
+            return None
+        value = self.verticalScrollBar().value()
+        visible = self._visible_range(value, value + 1)
+        if not visible:
+            return None
+        index = visible.start
+        row = self._rows[index]
+        return index, (value - self._top(index)) / max(1, row.height)
+
+    def _restore_anchor(self, anchor: tuple[int, float] | None) -> None:
+        if anchor is None:
+            return
+        index, fraction = anchor
+        self._measure(index)
+        self._update_scroll_range()
+        self._scroll_to(self._top(index) + round(fraction * self._rows[index].height))
+        self._settle_viewport()

@@ -1,0 +1,100 @@
+"""Bar P6: download throughput with SHA-256 computed while downloading vs `curl`, same server, same run.
+
+    .venv/bin/python -m bench.download_throughput [--size-mib 400] [--rounds 3]
+
+A GGUF file of --size-mib (random tensor bytes, written to a temporary folder, never committed) is served
+by the test hub server (tests/hubserver.py, sendfile on 127.0.0.1). Hearth's path is the whole
+`Downloader.download` call: huggingface_hub's HTTP session, the `.part` file, streaming SHA-256, fsync,
+atomic rename and the library registration. The baseline is `curl -o FILE` of the same URL into the same
+folder (no hashing). Rounds alternate between the two; the best round of each is compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = "bench/throughput-GGUF"
+FILENAME = "throughput-F32.gguf"
+MIB = 1 << 20
+
+
+def make_gguf(path: Path, size_mib: int) -> None:
+    from tests.gguf_factory import TensorSpec, write_gguf
+
+    rows = size_mib * MIB // (1024 * 4)
+    write_gguf(path, {"general.architecture": "llama"}, [TensorSpec("blk.0.ffn_up.weight", (1024, rows), 0)])
+    # Random bytes in place of the hole the factory leaves: nothing along the way can compress them.
+    with path.open("r+b") as file:
+        file.seek(path.stat().st_size - rows * 1024 * 4)
+        left = rows * 1024 * 4
+        while left:
+            block = os.urandom(min(left, 16 * MIB))
+            file.write(block)
+            left -= len(block)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size-mib", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    curl = shutil.which("curl")
+    if curl is None:
+        sys.exit("curl is not installed (apt-get install -y curl)")
+
+    os.environ.pop("HF_HUB_OFFLINE", None)
+    from app.db import Database
+    from app.downloads import Downloader
+    from app.hub import HubClient
+    from app.library import ModelLibrary
+    from tests.hubserver import HubServer, ServedFile
+
+    with tempfile.TemporaryDirectory(prefix="hearth-p6-") as tmp:
+        root = Path(tmp)
+        source = root / FILENAME
+        make_gguf(source, args.size_mib)
+        size = source.stat().st_size
+        server = HubServer().start()
+        try:
+            repo = server.add_repo(REPO, [ServedFile.from_path(FILENAME, source)])
+            client = HubClient(server.url)
+            url = client.file_url(REPO, repo.head, FILENAME)
+            listing = client.list_files(REPO)
+            db = Database.open(root / "home" / "hearth.sqlite3", root / "home" / "backups")
+            library = ModelLibrary(db, root / "home" / "models")
+            hearth_times: list[float] = []
+            curl_times: list[float] = []
+            for _ in range(args.rounds):
+                began = time.perf_counter()
+                model = Downloader(client, library).download(listing, listing.models[0])
+                hearth_times.append(time.perf_counter() - began)
+                library.remove(model.name, delete_file=True)
+
+                target = root / "home" / "models" / "curl.gguf"
+                began = time.perf_counter()
+                subprocess.run([curl, "-sS", "--fail", "-o", str(target), url], check=True)
+                curl_times.append(time.perf_counter() - began)
+                target.unlink()
+            db.dispose()
+        finally:
+            server.stop()
+
+    hearth = size / min(hearth_times) / MIB
+    baseline = size / min(curl_times) / MIB
+    print(f"file: {size / MIB:.0f} MiB, rounds: {args.rounds}, best of each")
+    print(f"hearth (download + SHA-256 + fsync + register): {hearth:8.1f} MiB/s")
+    print(f"curl -o (no hashing):                           {baseline:8.1f} MiB/s")
+    print(f"ratio: {hearth / baseline:.2f} (bar P6: >= 0.90)")
+
+
+if __name__ == "__main__":
+    main()
