@@ -25,6 +25,7 @@ IMPORTED_TITLE = "Imported chat"
 # What stands in for parts of a ChatGPT message that are not text (the files themselves are not in
 # conversations.json).
 IMAGE_PLACEHOLDER = "[image not imported]"
+AUDIO_PLACEHOLDER = "[audio not imported]"
 ATTACHMENT_PLACEHOLDER = "[attachment not imported]"
 
 # ChatGPT content types whose parts are what the user saw; the rest are tool calls, tool output, browsing
@@ -66,7 +67,7 @@ class ImportedConversation:
     model_name: str | None = None
     pinned: bool = False
     settings: dict[str, Any] | None = None
-    skipped: int = 0  # messages in the file that were left out (system, tool, hidden, empty)
+    skipped: int = 0  # its messages that were left out (system, tool, hidden, empty)
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class ParsedImport:
     source: str  # "hearth" or "chatgpt"
     conversations: tuple[ImportedConversation, ...]
     skipped_conversations: int = 0  # conversations with nothing to import
-    skipped_messages: int = 0
+    skipped_messages: int = 0  # in every conversation of the file, imported or not
 
 
 def parse_file(path: Path) -> ParsedImport:
@@ -390,9 +391,12 @@ def _chatgpt_part(part: object, at: _Where) -> str:
     if isinstance(part, str):
         return part
     if isinstance(part, dict):
-        if part.get("content_type") == "image_asset_pointer":
+        kind = part.get("content_type")
+        if kind == "image_asset_pointer":
             return IMAGE_PLACEHOLDER
-        text = part.get("text")  # e.g. audio transcriptions
+        if kind == "audio_asset_pointer":
+            return AUDIO_PLACEHOLDER
+        text = part.get("text")  # audio transcriptions, for one
         return text if isinstance(text, str) and text else ATTACHMENT_PLACEHOLDER
     raise at.error(f"a part of the message is {_shown(part)}, not text or an object")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
+from app.conversations import EXPORT_FORMATS, HIT_END, HIT_START, Conversation, Message, SearchHit
 from app.core import Core
 from app.engine import ChatEngine, TurnCallbacks
 from app.errors import HearthError
@@ -151,10 +152,28 @@ def build_parser() -> argparse.ArgumentParser:
     conv_show = conv_sub.add_parser("show", parents=[common])
     conv_show.add_argument("id", type=int, metavar="ID")
     conv_show.add_argument("--json", action="store_true")
-    conv_export = conv_sub.add_parser("export", parents=[common])
-    conv_export.add_argument("id", type=int, metavar="ID")
-    conv_export.add_argument("--format", choices=("md", "json"), required=True)
-    conv_export.add_argument("--output", metavar="FILE", help="write here instead of stdout")
+    conv_export = conv_sub.add_parser(
+        "export", parents=[common], help="one conversation to stdout or a file, or all of them into a folder"
+    )
+    conv_export.add_argument("id", type=int, metavar="ID", nargs="?")
+    conv_export.add_argument(
+        "--all", action="store_true", help="every conversation, one file each, into --output"
+    )
+    conv_export.add_argument("--format", choices=EXPORT_FORMATS, required=True)
+    conv_export.add_argument(
+        "--output", metavar="PATH", help="the file to write (default: stdout); with --all, the folder"
+    )
+    conv_search = conv_sub.add_parser(
+        "search", parents=[common], help="full-text search over titles and messages"
+    )
+    conv_search.add_argument("query", metavar="QUERY")
+    conv_search.add_argument("--limit", type=_positive_int, default=50, metavar="N")
+    conv_search.add_argument("--json", action="store_true")
+    conv_import = conv_sub.add_parser(
+        "import", parents=[common], help="import a Hearth JSON export or ChatGPT's conversations.json"
+    )
+    conv_import.add_argument("file", metavar="FILE")
+    conv_import.add_argument("--json", action="store_true")
 
     doctor = sub.add_parser(
         "doctor", parents=[common], help="report backend, GPUs, memory, keyring, database"
@@ -270,20 +289,28 @@ def _assess(
 ) -> tuple[list[_FileFit], Recommendation | None, int]:
     """Every model's remote header and fit at the requested context, and the recommendation."""
     from inference.estimator import estimate_fit, recommend
-    from inference.hardware import probe_hardware
+    from inference.hardware import llama_backend, probe_hardware
 
     context = args.context or core.settings.context_length
     hardware = probe_hardware(vram_override_mib=args.vram, ram_override_mib=args.ram)
+    # A what-if GPU plans for another machine, whose llama.cpp build would have GPU support.
+    gpu_offload = args.vram is not None or llama_backend()[0] == "CUDA"
     headers = hub.read_headers(listing, listing.models)
     readable = [(i, h) for i, h in enumerate(headers) if isinstance(h, GGUFHeader)]
-    recommendation = recommend([h for _, h in readable], hardware, context=context) if readable else None
+    recommendation = (
+        recommend([h for _, h in readable], hardware, context=context, gpu_offload=gpu_offload)
+        if readable
+        else None
+    )
     chosen = (
         readable[recommendation.index][0]
         if recommendation is not None and recommendation.index is not None
         else None
     )
     fits = [
-        _FileFit(model, h, None, estimate_fit(h, hardware, context=context), i == chosen)
+        _FileFit(
+            model, h, None, estimate_fit(h, hardware, context=context, gpu_offload=gpu_offload), i == chosen
+        )
         if isinstance(h, GGUFHeader)
         else _FileFit(model, None, str(h), None, False)
         for i, (model, h) in enumerate(zip(listing.models, headers, strict=True))
@@ -557,9 +584,12 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def _message_json(m: Any) -> dict[str, Any]:
+def _message_json(m: Message) -> dict[str, Any]:
     return {
         "id": m.id,
+        "parent_id": m.parent_id,
+        "sibling_index": m.sibling_index,
+        "sibling_count": m.sibling_count,
         "role": m.role,
         "content": m.content,
         "status": m.status,
@@ -572,20 +602,122 @@ def _message_json(m: Any) -> dict[str, Any]:
         "tokens_per_second": m.tokens_per_second,
         "sampling": m.sampling,
         "seed": m.seed,
+        "template": m.template,
+        "quantization": m.quantization,
+        "context_note": m.context_note,
         "created_at": m.created_at,
     }
 
 
-def _conversation_json(c: Any) -> dict[str, Any]:
+def _conversation_json(c: Conversation) -> dict[str, Any]:
     return {
         "id": c.id,
         "title": c.title,
         "system_prompt": c.system_prompt,
         "model_name": c.model_name,
         "message_count": c.message_count,
+        "pinned": c.pinned,
+        "settings": c.settings,
         "created_at": c.created_at,
         "updated_at": c.updated_at,
     }
+
+
+def _hit_json(hit: SearchHit) -> dict[str, Any]:
+    """The snippet as plain text, with the [start, end) character ranges of the words that matched."""
+    plain: list[str] = []
+    matches: list[list[int]] = []
+    length = 0
+    for i, piece in enumerate(hit.snippet.split(HIT_START)):
+        matched, _, rest = piece.partition(HIT_END) if i else ("", "", piece)
+        if matched:
+            matches.append([length, length + len(matched)])
+        plain += [matched, rest]
+        length += len(matched) + len(rest)
+    return {
+        "conversation_id": hit.conversation_id,
+        "message_id": hit.message_id,
+        "title": hit.title,
+        "role": hit.role,
+        "snippet": "".join(plain),
+        "matches": matches,
+        "rank": hit.rank,
+    }
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _cmd_conversation_search(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    hits = core.store.search(args.query, limit=args.limit)
+    if args.json:
+        _print_json({"query": args.query, "hits": [_hit_json(h) for h in hits]}, out)
+        return EXIT_OK
+    if not hits:
+        out.write(f"No conversations match {args.query!r}.\n")
+    for hit in hits:
+        # One line per hit, so the output stays greppable: newlines inside a snippet become spaces.
+        snippet = " ".join(hit.snippet.replace(HIT_START, "«").replace(HIT_END, "»").split())
+        where = (
+            f"{hit.conversation_id}\t{hit.message_id}"
+            if hit.message_id is not None
+            else f"{hit.conversation_id}\t-"
+        )
+        out.write(f"{where}\t{hit.title}\t{snippet}\n")
+    return EXIT_OK
+
+
+def _cmd_conversation_export(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    store = core.store
+    if args.all == (args.id is not None):
+        raise HearthError("Name one conversation ID to export, or --all (with --output DIR).")
+    if args.all:
+        if not args.output:
+            raise HearthError("--all writes one file per conversation: give the folder with --output DIR.")
+        folder = Path(args.output)
+        if folder.exists() and not folder.is_dir():
+            raise HearthError(f"{folder} is a file; --all needs a folder to write into.")
+        written = store.export_all(folder, args.format)
+        out.write(f"Exported {_count(len(written), 'conversation')} to {folder}\n")
+        for path in written:
+            out.write(f"{path}\n")
+        return EXIT_OK
+    text = (
+        store.export_markdown(args.id)
+        if args.format == "md"
+        else json.dumps(store.export_json(args.id), indent=2, ensure_ascii=False) + "\n"
+    )
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise HearthError(f"Could not write {args.output}: {exc.strerror or exc}") from exc
+    else:
+        out.write(text)
+    return EXIT_OK
+
+
+def _cmd_conversation_import(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    report = core.store.import_file(Path(args.file))
+    if args.json:
+        _print_json(dataclasses.asdict(report), out)
+        return EXIT_OK
+    source = "ChatGPT's conversations.json" if report.source == "chatgpt" else "a Hearth export"
+    out.write(
+        f"Imported {_count(report.conversations, 'conversation')} "
+        f"({_count(report.messages, 'message')}) from {source}.\n"
+    )
+    if report.skipped:
+        out.write(f"Left out {_count(report.skipped, 'system, tool, hidden or empty message')}.\n")
+    if report.skipped_conversations:
+        out.write(
+            f"Left out {_count(report.skipped_conversations, 'conversation')} with no messages to import.\n"
+        )
+    for conversation_id in report.conversation_ids:
+        conversation = core.store.get_conversation(conversation_id)
+        out.write(f"{conversation.id}\t{conversation.message_count} messages\t{conversation.title}\n")
+    return EXIT_OK
 
 
 def cmd_conversations(core: Core, args: argparse.Namespace, out: TextIO) -> int:
@@ -597,7 +729,8 @@ def cmd_conversations(core: Core, args: argparse.Namespace, out: TextIO) -> int:
             _print_json({"conversations": [_conversation_json(c) for c in conversations]}, out)
         else:
             for c in conversations:
-                out.write(f"{c.id}\t{c.updated_at}\t{c.message_count} messages\t{c.title}\n")
+                pinned = "\tpinned" if c.pinned else ""
+                out.write(f"{c.id}\t{c.updated_at}\t{c.message_count} messages\t{c.title}{pinned}\n")
         return EXIT_OK
     if action == "show":
         conversation = store.get_conversation(args.id)
@@ -612,19 +745,11 @@ def cmd_conversations(core: Core, args: argparse.Namespace, out: TextIO) -> int:
                 badge = "" if m.status == "complete" else f" [{m.status}]"
                 out.write(f"{m.role}{badge}: {m.content}\n\n")
         return EXIT_OK
-    text = (
-        store.export_markdown(args.id)
-        if args.format == "md"
-        else json.dumps(store.export_json(args.id), indent=2, ensure_ascii=False, default=str) + "\n"
-    )
-    if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise HearthError(f"Could not write {args.output}: {exc.strerror or exc}") from exc
-    else:
-        out.write(text)
-    return EXIT_OK
+    if action == "search":
+        return _cmd_conversation_search(core, args, out)
+    if action == "import":
+        return _cmd_conversation_import(core, args, out)
+    return _cmd_conversation_export(core, args, out)
 
 
 class _StreamToStdout(TurnCallbacks):
@@ -635,6 +760,10 @@ class _StreamToStdout(TurnCallbacks):
         self._err.write(f"conversation {conversation_id}\n")
         self._err.flush()
 
+    def context_note(self, assistant_message_id: int, note: str) -> None:
+        self._err.write(f"note: {note}\n")
+        self._err.flush()
+
     def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
         self._out.write(text)
         self._out.flush()
@@ -642,7 +771,8 @@ class _StreamToStdout(TurnCallbacks):
 
 def cmd_chat(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     engine = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
-    defaults = engine.default_sampling()
+    # The options given win over the conversation's settings, which win over the model's and the global ones.
+    defaults = engine.sampling_for(args.conversation, args.model)
     overrides = {
         "temperature": args.temperature,
         "seed": args.seed,

@@ -770,7 +770,7 @@ class ConversationStore:
         return ImportReport(
             conversations=len(ids),
             messages=sum(len(c.messages) for c in parsed.conversations),
-            skipped=parsed.skipped_messages + sum(c.skipped for c in parsed.conversations),
+            skipped=parsed.skipped_messages,
             conversation_ids=tuple(ids),
             source=parsed.source,
             skipped_conversations=parsed.skipped_conversations,

@@ -142,7 +142,7 @@ class DownloadControl:
 ProgressCallback = Callable[[DownloadProgress], None]
 
 
-def _write_chunk(target: BinaryIO, data: bytes) -> None:
+def _write_chunk(target: BinaryIO, data: bytes | bytearray) -> None:
     """Every downloaded byte goes through here (tests inject disk-full errors at this point)."""
     target.write(data)
 
@@ -319,7 +319,8 @@ class Downloader:
         parts = self._checked_parts(listing, model)
         existing = self._library.find_hub_file(listing.repo_id, model.filename)
         if existing is not None:
-            if existing.sha256 == parts[0].sha256:
+            installed_shas = [p.sha256 for p in existing.parts] or [existing.sha256]
+            if installed_shas == [p.sha256 for p in parts]:
                 log.info("%s/%s is already installed as %s", listing.repo_id, model.filename, existing.name)
                 return existing
             raise HearthError(
@@ -397,7 +398,7 @@ class Downloader:
         for candidate in (base, f"{base} ({owner})"):
             if candidate not in taken:
                 return check_model_name(candidate)
-        raise HearthError(f"A model named {base!r} is already installed; choose another name with --name.")
+        raise HearthError(f"A model named {base!r} is already installed; choose another name for this one.")
 
     def _check_free_space(self, parts: list[_Part], targets: list[Path]) -> None:
         needed = 0
@@ -677,6 +678,7 @@ class _Transfer:
                 block += chunk
                 if len(block) >= _BLOCK_BYTES:
                     self._put(sink, block)
+                    block = bytearray()
                     if self._control.stopping:
                         self._stop()
         except httpx2.TransportError:
@@ -686,11 +688,11 @@ class _Transfer:
         self._put(sink, block)
 
     def _put(self, sink: _Sink, block: bytearray) -> None:
+        """Hands `block` over to the sink, which owns it from now on (no copy)."""
         if not block:
             return
-        sink.put(bytes(block))
+        sink.put(block)
         self._done += len(block)
-        block.clear()
         self._meter.update(self._part.filename, self._index, self._done)
 
     def _check_range(self, content_range: str | None) -> None:
@@ -733,8 +735,8 @@ class _Sink:
     """
 
     def __init__(self, file: BinaryIO, digest: hashlib._Hash) -> None:
-        self._to_hash: queue.Queue[bytes | None] = queue.Queue(_QUEUED_BLOCKS)
-        self._to_write: queue.Queue[bytes | None] = queue.Queue(_QUEUED_BLOCKS)
+        self._to_hash: queue.Queue[bytearray | None] = queue.Queue(_QUEUED_BLOCKS)
+        self._to_write: queue.Queue[bytearray | None] = queue.Queue(_QUEUED_BLOCKS)
         self._error: OSError | None = None
         self._threads = (
             threading.Thread(target=self._hash, args=(digest,), name="hearth-download-hash", daemon=True),
@@ -743,7 +745,7 @@ class _Sink:
         for thread in self._threads:
             thread.start()
 
-    def put(self, block: bytes) -> None:
+    def put(self, block: bytearray) -> None:
         if self._error is not None:
             raise self._error
         self._to_hash.put(block)

@@ -325,7 +325,7 @@ class HubClient:
         self.endpoint = resolve_endpoint(endpoint)
         self._origin = _origin(self.endpoint)
         self._token = token or None
-        self._timeout_s = timeout_s
+        self.timeout_s = timeout_s
         # token=False: without a Hearth token, huggingface_hub must not fall back to HF_TOKEN or its token
         # file, so what the Hub sees is what the user configured in Hearth.
         self._api = HfApi(
@@ -342,10 +342,6 @@ class HubClient:
 
     def __repr__(self) -> str:
         return f"HubClient(endpoint={self.endpoint!r}, token={'set' if self._token else 'none'})"
-
-    @property
-    def has_token(self) -> bool:
-        return self._token is not None
 
     def model_page(self, repo_id: str) -> str:
         return f"{self.endpoint}/{repo_id}"
@@ -388,7 +384,7 @@ class HubClient:
         revision = check_revision(revision or "main")
         with self._api_errors(repo_id, self.model_page(repo_id)):
             info = self._api.model_info(
-                repo_id, revision=revision, files_metadata=True, timeout=self._timeout_s
+                repo_id, revision=revision, files_metadata=True, timeout=self.timeout_s
             )
         commit = info.sha
         if not isinstance(commit, str) or not _COMMIT.fullmatch(commit):
@@ -399,7 +395,8 @@ class HubClient:
             name = sibling.rfilename
             reason = unsafe_filename_reason(name) if isinstance(name, str) else "it is not a string"
             if reason is not None:
-                log.warning("%s lists an unsafe file name %r: %s", repo_id, name, reason)
+                # Reported to the user through `rejected`; the log keeps a record.
+                log.info("%s lists an unsafe file name %r: %s", repo_id, name, reason)
                 rejected.append((repr(name), reason))
                 continue
             lfs = sibling.lfs
@@ -469,7 +466,7 @@ class HubClient:
         )
         return UpdateCheck(branch, listing.commit, True, detail)
 
-    def headers_for(self, url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    def _headers_for(self, url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Request headers for `url`: the token only when `url` is on the endpoint's own origin."""
         headers = {**self._plain_headers, "accept-encoding": "identity", **(extra or {})}
         if self._token is not None and _origin(url) == self._origin:
@@ -491,7 +488,9 @@ class HubClient:
             extra["range"] = f"bytes={start}-" if end is None else f"bytes={start}-{end}"
         session = get_session()
         for _ in range(MAX_REDIRECTS + 1):
-            request = session.build_request("GET", url, headers=self.headers_for(url, extra), timeout=timeout)
+            request = session.build_request(
+                "GET", url, headers=self._headers_for(url, extra), timeout=timeout
+            )
             try:
                 response = session.send(request, stream=True, follow_redirects=False)
             except OfflineModeIsEnabled as exc:
@@ -569,7 +568,7 @@ class HttpRangeSource:
         self._size = size
         self._max_fetch = max_fetch_bytes
         self.fetched = 0
-        self._timeout = httpx2.Timeout(client._timeout_s)
+        self._timeout = httpx2.Timeout(client.timeout_s)
 
     @property
     def size(self) -> int:

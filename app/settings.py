@@ -205,20 +205,29 @@ def load_settings(path: Path) -> Settings:
 
 
 def _set_aside(path: Path) -> None:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
-    counter = 1
-    while target.exists():
-        counter += 1
-        target = path.with_name(f"{path.name}.corrupt-{stamp}-{counter}")
     try:
-        path.replace(target)
+        target = set_aside(path)
     except OSError as exc:
         log.error(
             "Settings file %s is not valid JSON and could not be moved aside (%s); using defaults", path, exc
         )
         return
     log.warning("Settings file %s is not valid JSON; kept it as %s and using defaults", path, target.name)
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged file to `<name>.corrupt-<timestamp>`, so what it held can still be recovered.
+
+    Returns the new path; raises OSError when the file cannot be renamed.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    counter = 1
+    while target.exists():
+        counter += 1
+        target = path.with_name(f"{path.name}.corrupt-{stamp}-{counter}")
+    path.replace(target)
+    return target
 
 
 def save_settings(path: Path, settings: Settings) -> None:

@@ -50,12 +50,21 @@ def starter_model() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def bare_loop(model: Path, prompt_tokens: list[int], n_tokens: int, n_ctx: int, threads: int) -> Run:
+def bare_loop(
+    model: Path,
+    prompt_tokens: list[int],
+    n_tokens: int,
+    n_ctx: int,
+    threads: int,
+    n_gpu_layers: int = 0,
+    flash_attn: bool = False,
+) -> Run:
+    """`n_gpu_layers` and `flash_attn` as the app's load plan has them (bench/gpu/check.py offloads)."""
     import llama_cpp
 
     llm = llama_cpp.Llama(
         model_path=str(model), n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
-        n_threads_batch=threads, n_gpu_layers=0, verbose=False,
+        n_threads_batch=threads, n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, verbose=False,
     )  # fmt: skip
     ctx = llm.ctx
     sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
@@ -97,8 +106,9 @@ def app_path(model: Path, n_tokens: int, n_ctx: int, threads: int) -> Run:
         settings = replace(Settings(), context_length=n_ctx, n_threads=threads, temperature=0.0)
         engine = ChatEngine(core.store, core.library, settings, runner_log=core.paths.runner_log_file)
         service = ChatService(engine)
-        installed = core.library.list_models()
-        name = installed[0].name if installed else core.library.import_file(model).name
+        # The starter model is registered at start-up; any other model is imported.
+        same = [m for m in core.library.list_models() if m.path == model.resolve()]
+        name = same[0].name if same else core.library.import_file(model).name
         engine.ensure_loaded(name)
 
         view_model: list[str] = []

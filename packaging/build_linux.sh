@@ -26,6 +26,7 @@
 #   HEARTH_DEB_COMPRESSION=zstd|xz|gzip|none   (default zstd: 3 s here against xz's 78 s, for 7% more;
 #                                every dpkg on a system that can run the bundle (glibc >= 2.35) reads it)
 #   HEARTH_VENV=DIR              the venv to freeze (default .venv, as scripts/bootstrap.sh makes it)
+# shellcheck disable=SC2012 # ls picks wheels by mtime; their names are [A-Za-z0-9._+-] only
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -64,14 +65,22 @@ fi
 llama_version="$("$py" -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')"
 wheel_cache="${XDG_CACHE_HOME:-$HOME/.cache}/hearth/wheels"
 wheel="${HEARTH_LLAMA_WHEEL:-}"
+# x86-64: AVX2/FMA/F16C/BMI2 and nothing newer (every x86-64 CPU since 2013), named explicitly: with
+# GGML_NATIVE=OFF ggml turns them on only when it was not already defaulting native off, which it does
+# whenever SOURCE_DATE_EPOCH is set, and the result is an SSE2-only build 5-10x slower.
+case "$machine" in
+  x86_64) portable_flags="-DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+    portable_tag=x86_64-avx2 ;;
+  *) portable_flags="" portable_tag="$machine" ;;
+esac
 if [ -z "$wheel" ] && [ "$backend" = cpu ]; then
-  portable="$wheel_cache/cpu-portable"
+  portable="$wheel_cache/cpu-portable-$portable_tag"
   wheel="$(ls "$portable"/llama_cpp_python-"$llama_version"-*.whl 2>/dev/null | head -n1 || true)"
   if [ -z "$wheel" ]; then
     echo "Building a portable CPU llama-cpp-python $llama_version for the installers (once; ~6 min on 2 cores)…"
     mkdir -p "$portable"
-    # GGML_NATIVE=OFF turns on AVX, AVX2, FMA, F16C and BMI2 and nothing newer.
-    CMAKE_ARGS="-DGGML_CUDA=off -DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    env -u SOURCE_DATE_EPOCH CMAKE_ARGS="-DGGML_CUDA=off -DGGML_NATIVE=OFF $portable_flags" \
+      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
       "$py" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-cache-dir -w "$portable" \
       "llama-cpp-python==$llama_version"
     wheel="$(ls "$portable"/llama_cpp_python-"$llama_version"-*.whl | head -n1)"
@@ -108,7 +117,16 @@ with zipfile.ZipFile(wheel) as z:
         if len(parts) == 3 and parts[:2] == ["llama_cpp", "lib"] and parts[2]:
             (out / parts[2]).write_bytes(z.read(name))
 PY
-echo "llama.cpp libraries from $wheel"
+# What the CPU code was compiled for, as llama.cpp reports it; a build without AVX2 is never shipped.
+features="$("$py" -c 'import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.llama_print_system_info.restype = ctypes.c_char_p
+print(lib.llama_print_system_info().decode())' "$libs/libllama.so")"
+echo "llama.cpp libraries from $wheel: $features"
+if [ "$machine" = x86_64 ] && [[ "$features" != *"AVX2 = 1"* ]]; then
+  echo "$wheel was built without AVX2: it would run 5-10x slower than it should" >&2
+  exit 1
+fi
 if [ "$backend" = cpu ] && ls "$libs"/libggml-cuda.so* >/dev/null 2>&1; then
   echo "$wheel is a CUDA build: use HEARTH_BACKEND=cuda" >&2
   exit 1
@@ -120,8 +138,12 @@ if [ "$backend" = cuda ]; then
   if [ -n "${HEARTH_CUDA_RUNTIME_DIR:-}" ]; then
     sources=("$HEARTH_CUDA_RUNTIME_DIR")
   else
+    # The versions the wheel was linked against when build_llama_cuda.sh recorded them, else the newest.
+    pins="$(dirname "$wheel")/cuda-runtime.txt"
+    requirements=("nvidia-cuda-runtime==$major.*" "nvidia-cublas==$major.*")
+    [ -f "$pins" ] && requirements=(-r "$pins")
     "$py" -m pip install --quiet --disable-pip-version-check --target "$build/cuda-wheels" --upgrade \
-      "nvidia-cuda-runtime==$major.*" "nvidia-cublas==$major.*"
+      "${requirements[@]}"
     sources=("$build"/cuda-wheels/nvidia/*/lib)
   fi
   # libggml-cuda needs libcudart and libcublas, libcublas needs libcublasLt: copy until nothing new is

@@ -21,7 +21,8 @@
 #   GGML_CUDA_NO_VMM=ON  libggml-cuda does not link libcuda.so.1 (the driver), so it loads on a machine
 #                        without one; llama.cpp then finds no CUDA device and Hearth runs on the CPU, saying
 #                        why ("has CUDA support but found no usable GPU or driver");
-#   GGML_NATIVE=OFF      the CPU code uses AVX2/FMA/F16C, not the build machine's newest instructions.
+#   GGML_NATIVE=OFF      the CPU code uses AVX2/FMA/F16C (named explicitly), not the build machine's
+#                        newest instructions.
 # and deduplicated (packaging/llama_libs.py dedupe-wheel): pip's wheel holds every library 3-4 times
 # (symlinks become copies), 268 MB for sm_90 alone; after it, one copy of each that is loaded at run time.
 # At run time it needs libcudart.so.N, libcublas.so.N and libcublasLt.so.N (packaging/build_linux.sh with
@@ -52,7 +53,10 @@ done
 top="$("$nvcc" --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -n1)"
 system_cuda="$(cd "${top:-$(dirname "$(readlink -f "$nvcc")")/..}" && pwd -P)"
 nvcc="$system_cuda/bin/nvcc"
-[ -x "$nvcc" ] && [ -d "$system_cuda/include" ] || { echo "no CUDA toolkit around $nvcc" >&2; exit 1; }
+if [ ! -x "$nvcc" ] || [ ! -d "$system_cuda/include" ]; then
+  echo "no CUDA toolkit around $nvcc" >&2
+  exit 1
+fi
 major="$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')"
 supported="$("$nvcc" --list-gpu-arch | sed -n 's/^compute_//p' | tr '\n' ' ')"
 for arch in ${archs//;/ }; do
@@ -89,6 +93,11 @@ if [ ! -e "$toolkit/include/cublas_v2.h" ]; then
   for lib in cublas cublasLt; do
     [ -e "$toolkit/lib64/lib$lib.so" ] || ln -s "lib$lib.so.$major" "$toolkit/lib64/lib$lib.so"
   done
+  # The exact versions linked against; build_linux.sh bundles the same ones (cuda-runtime.txt next to the
+  # wheel).
+  "$py" -c 'import importlib.metadata as m, sys
+for d in sorted(m.distributions(path=[sys.argv[1]]), key=lambda d: d.name):
+    print(d.name + "==" + d.version)' "$work/wheels" >"$work/cuda-runtime.txt"
 fi
 [ -e "$toolkit/include/cublas_v2.h" ] || { echo "no cublas_v2.h in the toolkit or the wheel" >&2; exit 1; }
 
@@ -116,11 +125,15 @@ EOF
   exit 0
 fi
 
+# Named, not implied by GGML_NATIVE=OFF: ggml drops them when SOURCE_DATE_EPOCH is set (packaging/build_linux.sh).
+cpu_flags=""
+[ "$(uname -m)" = x86_64 ] && cpu_flags="-DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 started=$SECONDS
 mkdir -p "$work/out"
 CUDAToolkit_ROOT="$toolkit" CUDACXX="$nvcc" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
   CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$archs -DCUDAToolkit_ROOT=$toolkit \
--DCMAKE_CUDA_FLAGS=-I$toolkit/include -DCMAKE_LIBRARY_PATH=$toolkit/lib64 -DGGML_CUDA_NO_VMM=ON -DGGML_NATIVE=OFF" \
+-DCMAKE_CUDA_FLAGS=-I$toolkit/include -DCMAKE_LIBRARY_PATH=$toolkit/lib64 -DGGML_CUDA_NO_VMM=ON -DGGML_NATIVE=OFF \
+$cpu_flags" \
   "$py" -m pip wheel --disable-pip-version-check --no-deps --no-cache-dir -w "$work/out" \
   "llama-cpp-python==$llama_version"
 wheel="$(ls "$work"/out/llama_cpp_python-"$llama_version"-*.whl)"
@@ -155,5 +168,6 @@ with zipfile.ZipFile(wheel) as z, tempfile.TemporaryDirectory() as tmp:
 PY
 mkdir -p "$out"
 mv "$wheel" "$out/"
+[ -f "$work/cuda-runtime.txt" ] && cp "$work/cuda-runtime.txt" "$out/cuda-runtime.txt"
 echo "$out/$(basename "$wheel"): $(( $(stat -c %s "$out/$(basename "$wheel")") / 1048576 )) MiB," \
   "built in $(( (SECONDS - started) / 60 )) min for $archs"

@@ -539,6 +539,8 @@ def serve_hub(monkeypatch: pytest.MonkeyPatch, home: Path) -> Iterator[HubServer
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    # Tests that call huggingface_hub directly must not reach the public Hub for its agent registry either.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True)
     server = HubServer().start()
     try:
         yield server

@@ -4,6 +4,9 @@ Shapes follow the published configs: Llama-3-8B (32 layers, n_embd 4096, 32 head
 FFN 14336, vocabulary 128256) and Gemma-3-1B (26 layers, n_embd 1152, 4 heads, 1 KV head of 256, FFN 6912,
 vocabulary 262144, window 512, tied embeddings). Quantized "presets" use one type for every layer matrix,
 which is close to, but simpler than, llama.cpp's mixes.
+
+The files carry what llama.cpp itself needs to load them without a vocabulary ("no_vocab" with a vocabulary
+size), so a no_alloc dry run can size their KV cache and compute buffers for comparison.
 """
 
 from __future__ import annotations
@@ -49,6 +52,16 @@ def llama3_8b(
     n_ctx_train: int = 131072,
     kv_heads: int | list[int] = 8,
 ) -> GGUFHeader:
+    return read_header(llama3_8b_file(directory, quant, n_ctx_train=n_ctx_train, kv_heads=kv_heads))
+
+
+def llama3_8b_file(
+    directory: Path,
+    quant: str = "Q4_K_M",
+    *,
+    n_ctx_train: int = 131072,
+    kv_heads: int | list[int] = 8,
+) -> Path:
     preset = PRESETS[quant]
     n_embd, n_ff, n_vocab, n_layers = 4096, 14336, 128256, 32
     tensors = [TensorSpec("token_embd.weight", (n_embd, n_vocab), preset.embd_type)]
@@ -80,18 +93,30 @@ def llama3_8b(
         "llama.feed_forward_length": n_ff,
         "llama.attention.head_count": 32,
         "llama.attention.head_count_kv": kv_heads if isinstance(kv_heads, list) else max_kv,
+        "llama.attention.layer_norm_rms_epsilon": 1e-5,
+        "llama.vocab_size": n_vocab,
+        "tokenizer.ggml.model": "no_vocab",
     }
     if preset.file_type is not None:
         metadata["general.file_type"] = preset.file_type
-    return read_header(write_gguf(directory / f"llama3-8b-{quant}.gguf", metadata, tensors))
+    return write_gguf(directory / f"llama3-8b-{quant}.gguf", metadata, tensors)
 
 
 def gemma3_1b(directory: Path, *, pattern: object = None) -> GGUFHeader:
+    return read_header(gemma3_1b_file(directory, pattern=pattern))
+
+
+def gemma3_1b_file(directory: Path, *, pattern: object = None) -> Path:
     n_embd, n_ff, n_vocab, n_layers = 1152, 6912, 262144, 26
     tensors = [TensorSpec("token_embd.weight", (n_embd, n_vocab), Q8_0)]
     for il in range(n_layers):
         tensors += [
             TensorSpec(f"blk.{il}.attn_norm.weight", (n_embd,), F32),
+            TensorSpec(f"blk.{il}.attn_q_norm.weight", (256,), F32),
+            TensorSpec(f"blk.{il}.attn_k_norm.weight", (256,), F32),
+            TensorSpec(f"blk.{il}.post_attention_norm.weight", (n_embd,), F32),
+            TensorSpec(f"blk.{il}.ffn_norm.weight", (n_embd,), F32),
+            TensorSpec(f"blk.{il}.post_ffw_norm.weight", (n_embd,), F32),
             TensorSpec(f"blk.{il}.attn_q.weight", (n_embd, 1024), Q4_0),
             TensorSpec(f"blk.{il}.attn_k.weight", (n_embd, 256), Q4_0),
             TensorSpec(f"blk.{il}.attn_v.weight", (n_embd, 256), Q4_0),
@@ -113,10 +138,13 @@ def gemma3_1b(directory: Path, *, pattern: object = None) -> GGUFHeader:
         "gemma3.attention.key_length": 256,
         "gemma3.attention.value_length": 256,
         "gemma3.attention.sliding_window": 512,
+        "gemma3.attention.layer_norm_rms_epsilon": 1e-6,
+        "gemma3.vocab_size": n_vocab,
+        "tokenizer.ggml.model": "no_vocab",
     }
     if pattern is not None:
         metadata["gemma3.attention.sliding_window_pattern"] = pattern
-    return read_header(write_gguf(directory / "gemma3-1b.gguf", metadata, tensors))
+    return write_gguf(directory / "gemma3-1b.gguf", metadata, tensors)
 
 
 def hardware(*, vram_mib: int | None, ram_mib: int, gpu_name: str = "RTX Test") -> HardwareReport:

@@ -15,15 +15,18 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import event, text
 
 import app.db as db_module
 from app.conversations import ConversationStore
 from app.db import Database
 from app.errors import DatabaseError
-from app.models_orm import Base
+from app.models_orm import SEARCH_INDEX_TABLES, Base
 
-HEAD = "0001"
+HEAD = ScriptDirectory.from_config(db_module._alembic_config()).get_current_head()
+# The test-only revisions below come after the real head, whatever it is.
+TEST_REVISION = "9001"
 
 
 @pytest.fixture
@@ -76,10 +79,13 @@ def populate(path: Path, backups: Path) -> tuple[int, int]:
 
 
 def migrations_with(tmp_path: Path, filename: str, source: str) -> Path:
-    """A copy of the real migrations plus one extra, test-only revision."""
+    """A copy of the real migrations plus one extra, test-only revision after the head."""
     target = tmp_path / "test-migrations"
     shutil.copytree(db_module.MIGRATIONS_DIR, target, ignore=shutil.ignore_patterns("__pycache__"))
-    (target / "versions" / filename).write_text(textwrap.dedent(source))
+    source = (
+        textwrap.dedent(source).replace("{revision}", TEST_REVISION).replace("{down_revision}", str(HEAD))
+    )
+    (target / "versions" / filename).write_text(source)
     return target
 
 
@@ -89,27 +95,38 @@ REBUILD_PARENT = """
     import sqlalchemy as sa
     from alembic import op
 
-    revision = "0002"
-    down_revision = "0001"
+    revision = "{revision}"
+    down_revision = "{down_revision}"
     branch_labels = None
     depends_on = None
 
 
     def upgrade():
-        with op.batch_alter_table("conversations", recreate="always") as batch:
-            batch.add_column(sa.Column("pinned", sa.Integer(), nullable=False, server_default="0"))
+        # Triggers and views that name the table make SQLite refuse the rename at the end of a rebuild,
+        # and the table's own triggers would go with the old table: set them aside and put them back.
+        dependents = op.get_bind().exec_driver_sql(
+            "SELECT type, name, sql FROM sqlite_master WHERE type IN ('trigger', 'view') ORDER BY type DESC"
+        ).fetchall()
+        for kind, name, _sql in dependents:
+            op.execute(f"DROP {kind.upper()} {name}")
+        with op.batch_alter_table(
+            "conversations", recreate="always", table_kwargs={"sqlite_autoincrement": True}
+        ) as batch:
+            batch.add_column(sa.Column("archived", sa.Integer(), nullable=False, server_default="0"))
+        for _kind, _name, sql in reversed(dependents):
+            op.execute(sql)
 
 
     def downgrade():
         with op.batch_alter_table("conversations", recreate="always") as batch:
-            batch.drop_column("pinned")
+            batch.drop_column("archived")
 """
 
 FAILS_INSIDE_TRANSACTION = """
     from alembic import op
 
-    revision = "0002"
-    down_revision = "0001"
+    revision = "{revision}"
+    down_revision = "{down_revision}"
     branch_labels = None
     depends_on = None
 
@@ -117,7 +134,7 @@ FAILS_INSIDE_TRANSACTION = """
     def upgrade():
         op.execute("DELETE FROM messages")
         op.execute("CREATE TABLE half_done (x INTEGER)")
-        raise RuntimeError("simulated failure in 0002")
+        raise RuntimeError("simulated failure")
 
 
     def downgrade():
@@ -129,8 +146,8 @@ FAILS_INSIDE_TRANSACTION = """
 FAILS_AFTER_COMMITTING = """
     from alembic import op
 
-    revision = "0002"
-    down_revision = "0001"
+    revision = "{revision}"
+    down_revision = "{down_revision}"
     branch_labels = None
     depends_on = None
 
@@ -140,7 +157,7 @@ FAILS_AFTER_COMMITTING = """
         bind.exec_driver_sql("DELETE FROM messages")
         bind.exec_driver_sql("COMMIT")
         bind.exec_driver_sql("DROP TABLE messages")
-        raise RuntimeError("simulated failure in 0002 after a commit")
+        raise RuntimeError("simulated failure after a commit")
 
 
     def downgrade():
@@ -168,8 +185,15 @@ def test_fresh_database_is_created_at_head_without_a_backup(db: Database, home: 
 
 
 def test_schema_created_by_migrations_matches_the_orm_models(db: Database) -> None:
+    def not_search_index(name: str | None, type_: str, _parent: object) -> bool:
+        # The FTS5 tables (and their shadow tables) are kept by triggers, not mapped by the ORM.
+        return type_ != "table" or not any(
+            name == table or (name or "").startswith(f"{table}_") for table in SEARCH_INDEX_TABLES
+        )
+
     with db.engine.connect() as conn:
-        differences = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+        context = MigrationContext.configure(conn, opts={"include_name": not_search_index})
+        differences = compare_metadata(context, Base.metadata)
     assert differences == []
 
 
@@ -197,23 +221,27 @@ def test_older_database_is_backed_up_and_verified_before_migrating(
     path, backups = home / "hearth.sqlite3", home / "backups"
     conversations, messages = populate(path, backups)
     monkeypatch.setattr(
-        db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "0002_pinned.py", REBUILD_PARENT)
+        db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "9001_archived.py", REBUILD_PARENT)
     )
 
     database = Database.open(path, backups)
     try:
         [backup] = list(backups.iterdir())
-        assert backup.name.startswith("hearth-") and backup.name.endswith("-pre-0002.sqlite3")
+        assert backup.name.startswith("hearth-") and backup.name.endswith(f"-pre-{TEST_REVISION}.sqlite3")
         # The backup is a complete, self-contained database at the old revision.
         assert raw(backup, "PRAGMA integrity_check") == [("ok",)]
-        assert version_of(backup) == "0001"
+        assert version_of(backup) == HEAD
         assert raw(backup, "SELECT count(*) FROM messages") == [(messages,)]
         assert not Path(f"{backup}-wal").exists()
 
-        assert version_of(path) == "0002"
-        assert raw(path, "SELECT count(*) FROM conversations WHERE pinned = 0") == [(conversations,)]
+        assert version_of(path) == TEST_REVISION
+        assert raw(path, "SELECT count(*) FROM conversations WHERE archived = 0") == [(conversations,)]
         # Rebuilding the parent table did not cascade into its children.
         assert raw(path, "SELECT count(*) FROM messages") == [(messages,)]
+        # Its search triggers came back with it.
+        store = ConversationStore(database)
+        store.rename_conversation(store.list_conversations()[-1].id, "Renamed after the rebuild")
+        assert [hit.title for hit in store.search("rebuild")] == ["Renamed after the rebuild"]
         assert pragmas(database) == EXPECTED_PRAGMAS
         assert database.quick_check() == "ok"
     finally:
@@ -228,7 +256,7 @@ def test_failed_migration_restores_the_backup_and_names_it(
 ) -> None:
     path, backups = home / "hearth.sqlite3", home / "backups"
     conversations, messages = populate(path, backups)
-    monkeypatch.setattr(db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "0002_broken.py", failing))
+    monkeypatch.setattr(db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "9001_broken.py", failing))
 
     with pytest.raises(DatabaseError) as caught:
         Database.open(path, backups)
@@ -236,7 +264,7 @@ def test_failed_migration_restores_the_backup_and_names_it(
     [backup] = list(backups.iterdir())
     assert str(backup) in str(caught.value)
     assert "simulated failure" in str(caught.value)
-    assert version_of(path) == "0001"
+    assert version_of(path) == HEAD
     assert raw(path, "SELECT count(*) FROM conversations") == [(conversations,)]
     assert raw(path, "SELECT count(*) FROM messages") == [(messages,)]
     assert raw(path, "SELECT name FROM sqlite_master WHERE name = 'half_done'") == []
@@ -328,11 +356,11 @@ def test_failed_migration_of_a_fresh_database_leaves_nothing_behind(
 ) -> None:
     path = home / "hearth.sqlite3"
     monkeypatch.setattr(
-        db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "0002_broken.py", FAILS_INSIDE_TRANSACTION)
+        db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "9001_broken.py", FAILS_INSIDE_TRANSACTION)
     )
     with pytest.raises(DatabaseError, match="simulated failure"):
         Database.open(path, home / "backups")
-    # DDL ran inside the migration's transaction, so 0001's tables were rolled back with it.
+    # DDL ran inside the migration's transaction, so the earlier revisions' tables were rolled back with it.
     assert raw(path, "SELECT name FROM sqlite_master") == []
     assert not (home / "backups").exists()
 
@@ -351,10 +379,10 @@ def test_backup_that_fails_verification_stops_the_migration(
         )
         conn.commit()
     monkeypatch.setattr(
-        db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "0002_pinned.py", REBUILD_PARENT)
+        db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "9001_archived.py", REBUILD_PARENT)
     )
 
     with pytest.raises(DatabaseError, match="failed verification"):
         Database.open(path, backups)
-    assert version_of(path) == "0001"
+    assert version_of(path) == HEAD
     assert list(backups.iterdir()) == []

@@ -252,7 +252,7 @@ def test_a_full_disk_keeps_the_partial_file_for_a_resume(
     real_write = downloads_module._write_chunk
     written = 0
 
-    def fills_up(target: BinaryIO, data: bytes) -> None:
+    def fills_up(target: BinaryIO, data: bytes | bytearray) -> None:
         nonlocal written
         if written > 20_000_000:
             raise OSError(errno.ENOSPC, "No space left on device")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from PySide6.QtCore import QUrl
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtCore import QPoint, Qt, QUrl
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication, QPushButton, QWidget
 from pytestqt.qtbot import QtBot
 
 from app.paths import HearthPaths
 from app.services import AppServices
 from ui.main_window import MainWindow
+from ui.transcript import MessageRow
 
 LOAD_TIMEOUT_MS = 20_000
 
@@ -21,9 +24,14 @@ class DialogAnswers:
 
     confirm: bool = True
     text: str | None = None
+    # What the file dialogs answer (None: the user cancels).
+    save_path: Path | None = None
+    open_path: Path | None = None
+    folder: Path | None = None
     confirmations: list[str] = field(default_factory=list)
     prompts: list[str] = field(default_factory=list)
     opened: list[str] = field(default_factory=list)
+    file_dialogs: list[str] = field(default_factory=list)
 
     def confirm_action(self, parent: QWidget, title: str, text: str, action: str) -> bool:
         self.confirmations.append(text)
@@ -32,6 +40,18 @@ class DialogAnswers:
     def ask_text(self, parent: QWidget, title: str, label: str, initial: str) -> str | None:
         self.prompts.append(initial)
         return self.text
+
+    def ask_save(self, parent: QWidget, title: str, suggested: str, name_filter: str) -> Path | None:
+        self.file_dialogs.append(suggested)
+        return self.save_path
+
+    def ask_open(self, parent: QWidget, title: str, name_filter: str) -> Path | None:
+        self.file_dialogs.append(title)
+        return self.open_path
+
+    def ask_folder(self, parent: QWidget, title: str) -> Path | None:
+        self.file_dialogs.append(title)
+        return self.folder
 
     def confirm_open(self, parent: QWidget, url: QUrl) -> bool:
         return False
@@ -70,7 +90,7 @@ class GuiSessions:
         self._qtbot = qtbot
         self._sessions: list[GuiSession] = []
 
-    def open(self, paths: HearthPaths) -> GuiSession:
+    def open(self, paths: HearthPaths, *, preload_model: bool = True) -> GuiSession:
         services = AppServices.start(paths)
         answers = DialogAnswers()
         try:
@@ -78,8 +98,12 @@ class GuiSessions:
                 services,
                 confirm=answers.confirm_action,
                 ask=answers.ask_text,
+                ask_save=answers.ask_save,
+                ask_open=answers.ask_open,
+                ask_folder=answers.ask_folder,
                 confirm_open=answers.confirm_open,
                 open_url=answers.open_url,
+                preload_model=preload_model,
             )
         except BaseException:
             services.shutdown()
@@ -97,3 +121,53 @@ class GuiSessions:
     def __exit__(self, *exc_info: object) -> None:
         for session in self._sessions:
             session.close()
+
+
+# -- driving the window like a user ------------------------------------------------------------------
+
+
+def click(button: QPushButton) -> None:
+    assert button.isEnabled(), button.objectName()
+    QTest.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+def titles(window: MainWindow) -> list[str]:
+    conversations = window.conversationList
+    return [conversations.item(i).text() for i in range(conversations.count())]
+
+
+def click_conversation(qtbot: QtBot, window: MainWindow, title: str) -> None:
+    conversations = window.conversationList
+    matches = conversations.findItems(title, Qt.MatchFlag.MatchExactly)
+    assert matches, f"{title!r} not in the sidebar"
+    rect = conversations.visualItemRect(matches[0])
+    QTest.mouseClick(conversations.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.center()))
+    qtbot.waitUntil(lambda: window.current_conversation_id is not None)
+
+
+def rows(window: MainWindow, role: str | None = None) -> list[MessageRow]:
+    return [row for row in window.transcript.rows() if role is None or row.role == role]
+
+
+def click_message_action(window: MainWindow, message_id: int, action: str) -> None:
+    """Click a message's action button where the transcript paints it."""
+    transcript = window.transcript
+    point = transcript.action_rect(message_id, action).center()
+    QTest.mouseMove(transcript.viewport(), point)
+    QTest.mouseClick(transcript.viewport(), Qt.MouseButton.LeftButton, pos=point)
+
+
+def seed_conversation(
+    qtbot: QtBot,
+    session: GuiSession,
+    title: str,
+    exchange: tuple[str, str] = ("Where should we go?", "Somewhere **warm**."),
+) -> int:
+    """Test set-up, not GUI code: writing through the store directly is fine here."""
+    store = session.services.store
+    conversation = store.create_conversation(title)
+    store.add_message(conversation.id, "user", exchange[0])
+    store.add_message(conversation.id, "assistant", exchange[1])
+    session.window.refresh_conversations()
+    qtbot.waitUntil(lambda: title in titles(session.window))
+    return conversation.id

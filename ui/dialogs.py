@@ -51,4 +51,3 @@ def ask_open_path(parent: QWidget, title: str, name_filter: str) -> Path | None:
 def ask_directory(parent: QWidget, title: str) -> Path | None:
     chosen = QFileDialog.getExistingDirectory(parent, title, str(Path.home()))
     return Path(chosen) if chosen else None
-

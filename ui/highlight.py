@@ -23,7 +23,7 @@ from pygments.lexers.python import PythonLexer
 from pygments.lexers.rust import RustLexer
 from pygments.lexers.shell import BashLexer, BashSessionLexer, PowerShellLexer
 from pygments.lexers.sql import SqlLexer
-from pygments.token import Comment, Keyword, Name, Number, Operator, String, _TokenType
+from pygments.token import Comment, Keyword, Name, Number, Operator, String, _TokenType, is_token_subtype
 from pygments.token import Generic as GenericToken
 
 # Longer code is shown in monospace without colours: lexing is pure Python on the GUI thread, and a
@@ -128,7 +128,7 @@ def _lexer(language: str) -> Lexer | None:
 def _family(token: _TokenType) -> str | None:
     if token in _family_cache:
         return _family_cache[token]
-    found = next((colour for parent, colour in _FAMILIES if token in parent), None)
+    found = next((colour for parent, colour in _FAMILIES if is_token_subtype(token, parent)), None)
     _family_cache[token] = found
     return found
 
@@ -140,7 +140,9 @@ def highlight_spans(code: str, language: str) -> list[tuple[int, int, str]]:
     if lexer is None or not code or len(code) > MAX_HIGHLIGHT_CHARS:
         return []
     spans: list[tuple[int, int, str]] = []
-    for index, token, value in lexer.get_tokens_unprocessed(code):
+    # Several lexers end comments and strings at a newline; Pygments adds one in get_tokens, so do the same.
+    for index, token, value in lexer.get_tokens_unprocessed(code if code.endswith("\n") else code + "\n"):
+        value = value[: max(0, len(code) - index)]
         colour = _family(token)
         if colour is None or not value.strip():
             continue

@@ -26,7 +26,10 @@ def resolve_language(choice: str, system: QLocale | None = None) -> str:
         return choice
     locale = system or QLocale.system()
     # Simplified Chinese wherever it is the written form: zh_CN, zh_SG, zh_Hans_*; not zh_TW / zh_HK.
-    if locale.language() == QLocale.Language.Chinese and locale.script() != QLocale.Script.TraditionalChineseScript:
+    if (
+        locale.language() == QLocale.Language.Chinese
+        and locale.script() != QLocale.Script.TraditionalChineseScript
+    ):
         return "zh_CN"
     return "en"
 

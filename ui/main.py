@@ -11,7 +11,8 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 from app.errors import HearthError
 from app.paths import HearthPaths
 from app.services import AppServices
-from ui.assets import app_icon, stylesheet
+from ui.assets import app_icon
+from ui.i18n import Translations
 from ui.main_window import MainWindow
 
 log = logging.getLogger("hearth.ui")
@@ -32,7 +33,10 @@ class _Once:
 
 
 def create_application(argv: list[str] | None = None) -> QApplication:
-    """The QApplication with Hearth's names, icon and style; reuses one that already exists."""
+    """The QApplication with Hearth's names and icon; reuses one that already exists.
+
+    Colours and styles belong to each window (ui.theme), which follows the system or the user's choice.
+    """
     existing = QApplication.instance()
     if existing is None:
         app = QApplication(sys.argv if argv is None else argv)
@@ -43,7 +47,6 @@ def create_application(argv: list[str] | None = None) -> QApplication:
     app.setOrganizationName("Hearth")
     app.setApplicationDisplayName("Hearth")
     app.setWindowIcon(app_icon())
-    app.setStyleSheet(stylesheet())
     return app
 
 
@@ -84,8 +87,10 @@ def run_gui(paths: HearthPaths, *, smoke_test: bool = False, argv: list[str] | N
 
     shutdown = _Once(services)
     app.aboutToQuit.connect(shutdown)
+    translations = Translations()
+    translations.install(services.settings.language)
     # A smoke run proves the app starts; loading a model is the CLI's and the tests' job.
-    window = MainWindow(services, preload_model=not smoke_test)
+    window = MainWindow(services, translations=translations, preload_model=not smoke_test)
     try:
         window.show()
         return _smoke_check(window) if smoke_test else app.exec()
@@ -93,4 +98,5 @@ def run_gui(paths: HearthPaths, *, smoke_test: bool = False, argv: list[str] | N
         window.close()
         window.deleteLater()
         shutdown()
+        translations.remove()
         app.aboutToQuit.disconnect(shutdown)

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QObject, QRectF, Qt, QUrl
+from PySide6.QtCore import QByteArray, QCoreApplication, QObject, QRectF, Qt, QUrl
 from PySide6.QtGui import (
     QColor,
     QDesktopServices,
@@ -85,9 +85,9 @@ def display_url(url: QUrl) -> str:
 def confirm_open_url(parent: QWidget, url: QUrl) -> bool:
     box = QMessageBox(parent)
     box.setIcon(QMessageBox.Icon.Question)
-    box.setWindowTitle("Open link")
+    box.setWindowTitle(QCoreApplication.translate("SafeBrowser", "Open link"))
     box.setTextFormat(Qt.TextFormat.PlainText)
-    box.setText("Open this link in your web browser?")
+    box.setText(QCoreApplication.translate("SafeBrowser", "Open this link in your web browser?"))
     box.setInformativeText(display_url(url))
     box.setStandardButtons(QMessageBox.StandardButton.Open | QMessageBox.StandardButton.Cancel)
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from typing import cast
 
 from PySide6.QtCore import (
     QAbstractListModel,
@@ -82,7 +81,9 @@ class SearchResults(QAbstractListModel):
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self.hits)
 
-    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> object:
+    def data(
+        self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> object:
         if not index.isValid() or index.row() >= len(self.hits):
             return None
         hit = self.hits[index.row()]
@@ -103,7 +104,7 @@ class HitDelegate(QStyledItemDelegate):
     def _document(self, hit: SearchHit, option: QStyleOptionViewItem, width: float) -> SafeTextDocument:
         document = SafeTextDocument()
         document.setDocumentMargin(0)
-        document.setDefaultFont(option.font)  # type: ignore[attr-defined]
+        document.setDefaultFont(option.font)
         document.setTextWidth(width)
         theme = self.theme
         if hit.message_id is None:
@@ -127,8 +128,8 @@ class HitDelegate(QStyledItemDelegate):
         hit = index.data(HIT_ROLE)
         if not isinstance(hit, SearchHit):
             return
-        rect = cast(QRectF, QRectF(option.rect))  # type: ignore[attr-defined]
-        state = option.state  # type: ignore[attr-defined]
+        rect = QRectF(option.rect)
+        state = option.state
         painter.save()
         if state & QStyle.StateFlag.State_Selected:
             painter.fillRect(rect, QColor(self.theme.list_selected))
@@ -144,7 +145,7 @@ class HitDelegate(QStyledItemDelegate):
         painter.restore()
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
-        line = option.fontMetrics.lineSpacing()  # type: ignore[attr-defined]
+        line = option.fontMetrics.lineSpacing()
         return QSize(200, int(line * 3 + 14))
 
 
@@ -278,10 +279,15 @@ class SearchPanel(QWidget):
             self.hitActivated.emit(hit.conversation_id, hit.message_id)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self.query and event.type() == QEvent.Type.KeyPress and isinstance(event, QKeyEvent):
-            if event.key() == Qt.Key.Key_Down and self.model.rowCount():
-                self.results.setFocus()
-                if not self.results.currentIndex().isValid():
-                    self.results.setCurrentIndex(self.model.index(0, 0))
-                return True
+        if (
+            watched is self.query
+            and isinstance(event, QKeyEvent)
+            and event.type() == QEvent.Type.KeyPress
+            and event.key() == Qt.Key.Key_Down
+            and self.model.rowCount()
+        ):
+            self.results.setFocus()
+            if not self.results.currentIndex().isValid():
+                self.results.setCurrentIndex(self.model.index(0, 0))
+            return True
         return super().eventFilter(watched, event)

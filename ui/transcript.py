@@ -133,8 +133,9 @@ ROLE_ACTIONS = {
 }
 
 
-def _tr(text: str) -> str:
-    return QCoreApplication.translate(CONTEXT, text)
+def _tr(text: object) -> str:
+    # `text` is a QT_TRANSLATE_NOOP marker (typed `object` by PySide6) or a plain string.
+    return QCoreApplication.translate(CONTEXT, str(text))
 
 
 @dataclass(frozen=True)
@@ -147,13 +148,27 @@ class ReplyStats:
     def describe(self) -> str:
         parts = []
         if self.ttft_s is not None:
-            parts.append(_tr("TTFT {seconds} s").format(seconds=f"{self.ttft_s:.2f}"))
+            parts.append(
+                QCoreApplication.translate("Transcript", "TTFT {seconds} s").format(
+                    seconds=f"{self.ttft_s:.2f}"
+                )
+            )
         if self.tokens_per_second is not None:
-            parts.append(_tr("{rate} tok/s").format(rate=f"{self.tokens_per_second:.1f}"))
+            parts.append(
+                QCoreApplication.translate("Transcript", "{rate} tok/s").format(
+                    rate=f"{self.tokens_per_second:.1f}"
+                )
+            )
         if self.prompt_tokens is not None:
-            parts.append(_tr("{count} tokens in").format(count=self.prompt_tokens))
+            parts.append(
+                QCoreApplication.translate("Transcript", "{count} tokens in").format(count=self.prompt_tokens)
+            )
         if self.completion_tokens is not None:
-            parts.append(_tr("{count} tokens out").format(count=self.completion_tokens))
+            parts.append(
+                QCoreApplication.translate("Transcript", "{count} tokens out").format(
+                    count=self.completion_tokens
+                )
+            )
         return " · ".join(parts)
 
 
@@ -264,7 +279,7 @@ class MessageRow:
     @property
     def note_text(self) -> str:
         note = self.entry.context_note
-        return _tr("Context: {note}").format(note=note) if note else ""
+        return QCoreApplication.translate("Transcript", "Context: {note}").format(note=note) if note else ""
 
     @property
     def sibling_text(self) -> str:
@@ -460,7 +475,7 @@ class MessageRow:
 
     def action_label(self, name: str) -> str:
         if name == "copy" and self.copied == "message":
-            return _tr("Copied")
+            return QCoreApplication.translate("Transcript", "Copied")
         return _tr(ACTION_LABELS[name]) if name in ACTION_LABELS else name
 
     def body_segments(self) -> list[tuple[float, Segment]]:
@@ -508,6 +523,9 @@ class Transcript(QAbstractScrollArea):
         super().__init__(parent)
         self.setObjectName("transcript")
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # Always there: a scroll bar that appears once the conversation outgrows the view would narrow
+        # every row and make all of them lay out again.
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.viewport().setMouseTracking(True)
         self._confirm_open = confirm_open
@@ -682,6 +700,19 @@ class Transcript(QAbstractScrollArea):
             row.measured_width = None
         self._relayout_all()
 
+    def annotate(self, message_id: int, context_note: str | None) -> None:
+        """Say what the overflow policy left out of this reply's prompt (shown while it streams too)."""
+        index = self._index.get(message_id)
+        if index is None:
+            return
+        row = self._rows[index]
+        row.entry = replace(row.entry, context_note=context_note)
+        if row.geometry is not None:
+            old = row.height
+            row.relayout_growth(self._fonts)
+            self._height_changed(index, row.height - old)
+        self._after_growth()
+
     def sync_entries(self, entries: Sequence[TranscriptEntry]) -> None:
         """Show `entries`, keeping the rendered rows that did not change and the scroll position."""
         current = [row.message_id for row in self._rows]
@@ -844,6 +875,9 @@ class Transcript(QAbstractScrollArea):
         if not self._rows:
             return range(0)
         first = max(0, bisect.bisect_right(self._tops, top) - 1)
+        if self._tops[first] + self._rows[first].height <= top:
+            # `top` falls in the spacing below this row.
+            first += 1
         last = bisect.bisect_left(self._tops, bottom)
         return range(first, min(len(self._rows), last))
 
@@ -935,6 +969,7 @@ class Transcript(QAbstractScrollArea):
             return
         self._measure(index)
         self._update_scroll_range()
+        self._stick_to_bottom = False
         self._scroll_to(max(0, self._top(index) - ROW_SPACING))
         self._stick_to_bottom = self.is_at_bottom()
         self._settle_viewport()
@@ -949,6 +984,7 @@ class Transcript(QAbstractScrollArea):
         bottom = self._top(index) + rect.bottom()
         value = self.verticalScrollBar().value()
         height = self.viewport().height()
+        self._stick_to_bottom = False
         if top < value:
             self._scroll_to(int(top) - ROW_SPACING)
         elif bottom > value + height:
@@ -995,7 +1031,9 @@ class Transcript(QAbstractScrollArea):
             block = cursor.block()
             layout = block.layout()
             line = layout.lineForTextPosition(cursor.selectionStart() - block.position())
-            x = line.cursorToX(cursor.selectionStart() - block.position() + 1)
+            # PySide6 returns (x, position) for QTextLine.cursorToX.
+            found = line.cursorToX(cursor.selectionStart() - block.position() + 1)
+            x = float(found[0]) if isinstance(found, tuple) else 0.0
             block_top = segment.document.documentLayout().blockBoundingRect(block).top()
             point = QPointF(ROW_PAD + x - 2, y + block_top + line.y() + line.height() / 2)
             self._ensure_visible(index, QRectF(point, QSize(1, 1)))
@@ -1092,7 +1130,11 @@ class Transcript(QAbstractScrollArea):
                 painter.setBrush(QColor(theme.list_hover))
                 painter.drawRoundedRect(button, 4, 4)
             painter.setPen(QColor(theme.text if hovered else theme.muted))
-            label = _tr("Copied") if row.copied == key else _tr("Copy")
+            label = (
+                QCoreApplication.translate("Transcript", "Copied")
+                if row.copied == key
+                else QCoreApplication.translate("Transcript", "Copy")
+            )
             painter.drawText(button, int(Qt.AlignmentFlag.AlignCenter), label)
         context = QAbstractTextDocumentLayout.PaintContext()
         context.clip = QRectF(0, top, segment.width, bottom - top)
@@ -1104,7 +1146,12 @@ class Transcript(QAbstractScrollArea):
         painter.restore()
 
     def _copy_button(self, code_rect: QRectF) -> QRectF:
-        width = QFontMetricsF(self._fonts.small).horizontalAdvance(_tr("Copied")) + 16
+        width = (
+            QFontMetricsF(self._fonts.small).horizontalAdvance(
+                QCoreApplication.translate("Transcript", "Copied")
+            )
+            + 16
+        )
         return QRectF(code_rect.right() - width - 4, code_rect.top() + 2, width, 18)
 
     def _paint_actions(self, painter: QPainter, row: MessageRow) -> None:

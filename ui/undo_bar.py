@@ -1,4 +1,4 @@
-""""Chat deleted — Undo": the delete waits in the trash until this bar expires (or Hearth quits)."""
+"""The "Chat deleted — Undo" bar: the delete waits in the trash until this bar expires (or Hearth quits)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,9 @@ class UndoBar(QFrame):
             self.label.clear()
             return
         self.label.setText(
-            self.tr("Chat “{title}” deleted ({seconds} s)").format(title=self._title, seconds=self.seconds_left())
+            self.tr("Chat “{title}” deleted ({seconds} s)").format(
+                title=self._title, seconds=self.seconds_left()
+            )
         )
 
     def _undo(self) -> None:

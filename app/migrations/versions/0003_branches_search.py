@@ -5,12 +5,15 @@ Revises: 0002
 
 Written by hand and frozen: later schema changes go in new revisions, never here.
 
-The search index is kept in step by triggers on `messages` and `conversations`. A later revision that
-rebuilds either table (a batch "recreate") drops its triggers with the old table and must create them again,
-then run `INSERT INTO <index>(<index>) VALUES ('rebuild')`.
+The search index and the message counts are kept in step by triggers on `messages` and `conversations`.
+A later revision that rebuilds either table (a batch "recreate") must drop the triggers and the view first
+(SQLite refuses to rename the new table into place while they name it, and a table's own triggers go with
+the old table) and create them again afterwards; tests/test_db.py's REBUILD_PARENT shows how.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import sqlalchemy as sa
 from alembic import op
@@ -81,7 +84,23 @@ _DROP_SEARCH_SCHEMA = (
 )
 
 
+def _keep_autoincrement_counter(table: str) -> Callable[[], None]:
+    """The rebuilt table's counter starts from its highest remaining id; put back the old one, which also
+    counts ids deleted from the end, so they are never handed out again."""
+    bind = op.get_bind()
+    used = bind.exec_driver_sql("SELECT seq FROM sqlite_sequence WHERE name = ?", (table,)).scalar()
+
+    def restore() -> None:
+        if used is None:
+            return
+        bind.exec_driver_sql("DELETE FROM sqlite_sequence WHERE name = ?", (table,))
+        bind.exec_driver_sql("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, used))
+
+    return restore
+
+
 def upgrade() -> None:
+    restore_counter = _keep_autoincrement_counter("messages")
     # A rebuild (not ALTER TABLE ADD COLUMN) because SQLite cannot add a foreign key to an existing table.
     # Reflection does not see AUTOINCREMENT, so it is restated: ids of deleted messages are never reused.
     with op.batch_alter_table(
@@ -98,6 +117,7 @@ def upgrade() -> None:
         batch.create_index(op.f("ix_messages_parent_id"), ["parent_id"])
         # The tree of a conversation without reading its rows (a long reply spills into overflow pages).
         batch.create_index(op.f("ix_messages_conversation_id_parent_id"), ["conversation_id", "parent_id"])
+    restore_counter()
 
     # Until now a conversation was a list: each message follows the one before it.
     op.execute(
@@ -127,12 +147,15 @@ def upgrade() -> None:
 def downgrade() -> None:
     for statement in _DROP_SEARCH_SCHEMA:
         op.execute(statement)
+    restore_conversations_counter = _keep_autoincrement_counter("conversations")
     with op.batch_alter_table("conversations", table_kwargs={"sqlite_autoincrement": True}) as batch:
         batch.drop_column("message_count")
         batch.drop_column("settings_json")
         batch.drop_column("trashed_at")
         batch.drop_column("pinned")
         batch.drop_column("current_leaf_id")
+    restore_conversations_counter()
+    restore_messages_counter = _keep_autoincrement_counter("messages")
     with op.batch_alter_table(
         "messages", recreate="always", table_kwargs={"sqlite_autoincrement": True}
     ) as batch:
@@ -143,3 +166,4 @@ def downgrade() -> None:
         batch.drop_column("quantization")
         batch.drop_column("template")
         batch.drop_column("parent_id")
+    restore_messages_counter()

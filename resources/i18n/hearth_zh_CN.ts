@@ -1,0 +1,683 @@
+<?xml version="1.0" encoding="utf-8"?>
+<!DOCTYPE TS>
+<TS version="2.1" language="zh_CN">
+<context>
+    <name>ContextMeter</name>
+    <message>
+        <source>When full: refuse to send</source>
+        <translation>上下文满时：拒绝发送</translation>
+    </message>
+    <message>
+        <source>When full: leave out the oldest turns (system prompt kept)</source>
+        <translation>上下文满时：省略最早的轮次（保留系统提示词）</translation>
+    </message>
+    <message>
+        <source>Change what happens when a chat no longer fits the context window</source>
+        <translation>更改对话超出上下文窗口时的处理方式</translation>
+    </message>
+    <message>
+        <source>Context: not measured yet</source>
+        <translation>上下文：尚未计算</translation>
+    </message>
+    <message>
+        <source>{used} / {total} tokens</source>
+        <translation>{used} / {total} 个词元</translation>
+    </message>
+    <message>
+        <source>Too long for the context window: Hearth will refuse to send</source>
+        <translation>超出上下文窗口：Hearth 将拒绝发送</translation>
+    </message>
+    <message numerus="yes">
+        <source>%n oldest message(s) will be left out</source>
+        <translation>
+            <numerusform>将省略最早的 %n 条消息</numerusform>
+        </translation>
+    </message>
+</context>
+<context>
+    <name>HitDelegate</name>
+    <message>
+        <source>Title</source>
+        <translation>标题</translation>
+    </message>
+    <message>
+        <source>You</source>
+        <translation>你</translation>
+    </message>
+    <message>
+        <source>Hearth</source>
+        <translation>Hearth</translation>
+    </message>
+</context>
+<context>
+    <name>MainWindow</name>
+    <message>
+        <source>Copied</source>
+        <translation>已复制</translation>
+    </message>
+    <message>
+        <source>New chat</source>
+        <translation>新对话</translation>
+    </message>
+    <message>
+        <source>Search</source>
+        <translation>搜索</translation>
+    </message>
+    <message>
+        <source>Search all chats (Ctrl+F)</source>
+        <translation>搜索所有对话（Ctrl+F）</translation>
+    </message>
+    <message>
+        <source>Rename</source>
+        <translation>重命名</translation>
+    </message>
+    <message>
+        <source>Delete</source>
+        <translation>删除</translation>
+    </message>
+    <message>
+        <source>Model</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>Settings</source>
+        <translation>设置</translation>
+    </message>
+    <message>
+        <source>This chat&apos;s system prompt and sampling (Ctrl+,)</source>
+        <translation>此对话的系统提示词与采样参数（Ctrl+,）</translation>
+    </message>
+    <message>
+        <source>Editing your message. Sending makes a new version; the original stays one click away.</source>
+        <translation>正在编辑你的消息。发送后会生成新版本，原版本仍可随时切换回去。</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>Message Hearth… (Enter to send, Shift+Enter for a new line)</source>
+        <translation>给 Hearth 发消息…（Enter 发送，Shift+Enter 换行）</translation>
+    </message>
+    <message>
+        <source>Send</source>
+        <translation>发送</translation>
+    </message>
+    <message>
+        <source>Stop</source>
+        <translation>停止</translation>
+    </message>
+    <message>
+        <source>&amp;File</source>
+        <translation>文件(&amp;F)</translation>
+    </message>
+    <message>
+        <source>&amp;New chat</source>
+        <translation>新对话(&amp;N)</translation>
+    </message>
+    <message>
+        <source>&amp;Import chats…</source>
+        <translation>导入对话(&amp;I)…</translation>
+    </message>
+    <message>
+        <source>Export chat as &amp;Markdown…</source>
+        <translation>将对话导出为 &amp;Markdown…</translation>
+    </message>
+    <message>
+        <source>Export chat as &amp;JSON…</source>
+        <translation>将对话导出为 &amp;JSON…</translation>
+    </message>
+    <message>
+        <source>Export all chats as Markdown…</source>
+        <translation>将所有对话导出为 Markdown…</translation>
+    </message>
+    <message>
+        <source>Export all chats as JSON…</source>
+        <translation>将所有对话导出为 JSON…</translation>
+    </message>
+    <message>
+        <source>&amp;Quit</source>
+        <translation>退出(&amp;Q)</translation>
+    </message>
+    <message>
+        <source>&amp;Edit</source>
+        <translation>编辑(&amp;E)</translation>
+    </message>
+    <message>
+        <source>&amp;Find in chats</source>
+        <translation>在对话中查找(&amp;F)</translation>
+    </message>
+    <message>
+        <source>&amp;View</source>
+        <translation>视图(&amp;V)</translation>
+    </message>
+    <message>
+        <source>Chat &amp;settings</source>
+        <translation>对话设置(&amp;S)</translation>
+    </message>
+    <message>
+        <source>&amp;Theme</source>
+        <translation>主题(&amp;T)</translation>
+    </message>
+    <message>
+        <source>Follow the system</source>
+        <translation>跟随系统</translation>
+    </message>
+    <message>
+        <source>Light</source>
+        <translation>浅色</translation>
+    </message>
+    <message>
+        <source>Dark</source>
+        <translation>深色</translation>
+    </message>
+    <message>
+        <source>&amp;Language</source>
+        <translation>语言(&amp;L)</translation>
+    </message>
+    <message>
+        <source>Rename chat</source>
+        <translation>重命名对话</translation>
+    </message>
+    <message>
+        <source>New name:</source>
+        <translation>新名称：</translation>
+    </message>
+    <message>
+        <source>Unpin</source>
+        <translation>取消置顶</translation>
+    </message>
+    <message>
+        <source>Pin</source>
+        <translation>置顶</translation>
+    </message>
+    <message>
+        <source>Stop the reply before deleting this chat.</source>
+        <translation>请先停止回复，再删除此对话。</translation>
+    </message>
+    <message>
+        <source>Rename…</source>
+        <translation>重命名…</translation>
+    </message>
+    <message>
+        <source>Pin to the top</source>
+        <translation>置顶</translation>
+    </message>
+    <message>
+        <source>Export as Markdown…</source>
+        <translation>导出为 Markdown…</translation>
+    </message>
+    <message>
+        <source>Export as JSON…</source>
+        <translation>导出为 JSON…</translation>
+    </message>
+    <message>
+        <source>Open a chat to export it.</source>
+        <translation>请先打开一个对话再导出。</translation>
+    </message>
+    <message>
+        <source>Markdown (*.md)</source>
+        <translation>Markdown（*.md）</translation>
+    </message>
+    <message>
+        <source>JSON (*.json)</source>
+        <translation>JSON（*.json）</translation>
+    </message>
+    <message>
+        <source>Export chat</source>
+        <translation>导出对话</translation>
+    </message>
+    <message>
+        <source>Exported to {path}</source>
+        <translation>已导出到 {path}</translation>
+    </message>
+    <message>
+        <source>Export all chats to a folder</source>
+        <translation>将所有对话导出到文件夹</translation>
+    </message>
+    <message numerus="yes">
+        <source>Exported %n chat(s) to {folder}</source>
+        <translation>
+            <numerusform>已将 %n 个对话导出到 {folder}</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>Import chats (Hearth JSON or ChatGPT conversations.json)</source>
+        <translation>导入对话（Hearth JSON 或 ChatGPT 的 conversations.json）</translation>
+    </message>
+    <message>
+        <source>ChatGPT export</source>
+        <translation>ChatGPT 导出文件</translation>
+    </message>
+    <message>
+        <source>Hearth export</source>
+        <translation>Hearth 导出文件</translation>
+    </message>
+    <message numerus="yes">
+        <source>Imported %n chat(s) from the {source}</source>
+        <translation>
+            <numerusform>已从{source}导入 %n 个对话</numerusform>
+        </translation>
+    </message>
+    <message numerus="yes">
+        <source>%n message(s) left out (system, tool or empty)</source>
+        <translation>
+            <numerusform>省略了 %n 条消息（系统、工具或空消息）</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>Settings for the next new chat with {model}.</source>
+        <translation>使用 {model} 的下一个新对话的设置。</translation>
+    </message>
+    <message>
+        <source>This chat&apos;s own settings.</source>
+        <translation>此对话自己的设置。</translation>
+    </message>
+    <message>
+        <source>This chat follows the defaults for {model}; a change here is saved for this chat.</source>
+        <translation>此对话使用 {model} 的默认设置；在此处的修改只保存到此对话。</translation>
+    </message>
+    <message>
+        <source>Settings saved for this chat</source>
+        <translation>已为此对话保存设置</translation>
+    </message>
+    <message>
+        <source>New chats with {model} start from these settings</source>
+        <translation>使用 {model} 的新对话将以这些设置开始</translation>
+    </message>
+    <message>
+        <source>Preset “{name}” saved</source>
+        <translation>已保存预设“{name}”</translation>
+    </message>
+    <message>
+        <source>Delete the preset “{name}”?</source>
+        <translation>要删除预设“{name}”吗？</translation>
+    </message>
+    <message>
+        <source>Delete preset</source>
+        <translation>删除预设</translation>
+    </message>
+    <message>
+        <source>No models installed</source>
+        <translation>尚未安装模型</translation>
+    </message>
+    <message>
+        <source>Install a model before sending a message.</source>
+        <translation>请先安装模型再发送消息。</translation>
+    </message>
+    <message>
+        <source>Delete this message and everything after it on this branch? Other versions stay.</source>
+        <translation>要删除这条消息以及此分支中其后的所有内容吗？其他版本会保留。</translation>
+    </message>
+    <message>
+        <source>Delete message</source>
+        <translation>删除消息</translation>
+    </message>
+    <message>
+        <source>Last reply: TTFT {ttft} s · {rate} tok/s</source>
+        <translation>上次回复：首词元 {ttft} 秒 · {rate} 词元/秒</translation>
+    </message>
+</context>
+<context>
+    <name>Provenance</name>
+    <message>
+        <source>not recorded</source>
+        <translation>未记录</translation>
+    </message>
+    <message>
+        <source>from the model file (GGUF)</source>
+        <translation>来自模型文件（GGUF）</translation>
+    </message>
+    <message>
+        <source>fallback {format} (the model&apos;s own template could not be used)</source>
+        <translation>后备格式 {format}（无法使用模型自带的模板）</translation>
+    </message>
+    <message>
+        <source>Model</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>Model file</source>
+        <translation>模型文件</translation>
+    </message>
+    <message>
+        <source>Quantization</source>
+        <translation>量化</translation>
+    </message>
+    <message>
+        <source>SHA-256</source>
+        <translation>SHA-256</translation>
+    </message>
+    <message>
+        <source>Chat template</source>
+        <translation>对话模板</translation>
+    </message>
+    <message>
+        <source>Sampling</source>
+        <translation>采样参数</translation>
+    </message>
+    <message>
+        <source>Seed</source>
+        <translation>随机种子</translation>
+    </message>
+    <message>
+        <source>Tokens</source>
+        <translation>词元</translation>
+    </message>
+    <message>
+        <source>{prompt} in, {completion} out</source>
+        <translation>输入 {prompt}，输出 {completion}</translation>
+    </message>
+    <message>
+        <source>Time to first token</source>
+        <translation>首词元用时</translation>
+    </message>
+    <message>
+        <source>Speed</source>
+        <translation>速度</translation>
+    </message>
+    <message>
+        <source>Context</source>
+        <translation>上下文</translation>
+    </message>
+    <message>
+        <source>Written</source>
+        <translation>生成时间</translation>
+    </message>
+</context>
+<context>
+    <name>ProvenanceDialog</name>
+    <message>
+        <source>How this reply was made</source>
+        <translation>这条回复是如何生成的</translation>
+    </message>
+    <message>
+        <source>Copy</source>
+        <translation>复制</translation>
+    </message>
+</context>
+<context>
+    <name>SafeBrowser</name>
+    <message>
+        <source>Open link</source>
+        <translation>打开链接</translation>
+    </message>
+    <message>
+        <source>Open this link in your web browser?</source>
+        <translation>要在网页浏览器中打开此链接吗？</translation>
+    </message>
+</context>
+<context>
+    <name>SearchPanel</name>
+    <message>
+        <source>Search all chats…</source>
+        <translation>搜索所有对话…</translation>
+    </message>
+    <message>
+        <source>Type to search titles and messages.</source>
+        <translation>输入内容以搜索标题和消息。</translation>
+    </message>
+    <message>
+        <source>Searching…</source>
+        <translation>正在搜索…</translation>
+    </message>
+    <message>
+        <source>Nothing found.</source>
+        <translation>未找到结果。</translation>
+    </message>
+    <message numerus="yes">
+        <source>%n result(s)</source>
+        <translation>
+            <numerusform>%n 条结果</numerusform>
+        </translation>
+    </message>
+</context>
+<context>
+    <name>SettingsPanel</name>
+    <message>
+        <source>Chat settings</source>
+        <translation>对话设置</translation>
+    </message>
+    <message>
+        <source>Preset</source>
+        <translation>预设</translation>
+    </message>
+    <message>
+        <source>Apply</source>
+        <translation>应用</translation>
+    </message>
+    <message>
+        <source>Save as preset…</source>
+        <translation>另存为预设…</translation>
+    </message>
+    <message>
+        <source>Delete preset</source>
+        <translation>删除预设</translation>
+    </message>
+    <message>
+        <source>System prompt</source>
+        <translation>系统提示词</translation>
+    </message>
+    <message>
+        <source>Optional: how the model should behave in this chat</source>
+        <translation>可选：模型在此对话中应如何表现</translation>
+    </message>
+    <message>
+        <source>Temperature</source>
+        <translation>温度</translation>
+    </message>
+    <message>
+        <source>Top-p</source>
+        <translation>Top-p</translation>
+    </message>
+    <message>
+        <source>Top-k</source>
+        <translation>Top-k</translation>
+    </message>
+    <message>
+        <source>Min-p</source>
+        <translation>Min-p</translation>
+    </message>
+    <message>
+        <source>Repeat penalty</source>
+        <translation>重复惩罚</translation>
+    </message>
+    <message>
+        <source>Seed</source>
+        <translation>随机种子</translation>
+    </message>
+    <message>
+        <source>Max tokens</source>
+        <translation>最大词元数</translation>
+    </message>
+    <message>
+        <source>Context length</source>
+        <translation>上下文长度</translation>
+    </message>
+    <message>
+        <source>When full</source>
+        <translation>上下文满时</translation>
+    </message>
+    <message>
+        <source>Random</source>
+        <translation>随机</translation>
+    </message>
+    <message>
+        <source>Leave out the oldest turns</source>
+        <translation>省略最早的轮次</translation>
+    </message>
+    <message>
+        <source>Refuse to send</source>
+        <translation>拒绝发送</translation>
+    </message>
+    <message>
+        <source>For every chat: the system prompt is always kept, and the reply says what was left out</source>
+        <translation>适用于所有对话：始终保留系统提示词，回复中会说明省略了哪些内容</translation>
+    </message>
+    <message>
+        <source>A new context length applies when the model is next loaded.</source>
+        <translation>新的上下文长度将在下次加载模型时生效。</translation>
+    </message>
+    <message>
+        <source>Use for this model</source>
+        <translation>用作此模型的默认设置</translation>
+    </message>
+    <message>
+        <source>New chats with this model start from these settings</source>
+        <translation>使用此模型的新对话将以这些设置开始</translation>
+    </message>
+    <message>
+        <source>Reset</source>
+        <translation>重置</translation>
+    </message>
+    <message>
+        <source>Go back to this model&apos;s defaults</source>
+        <translation>恢复为此模型的默认设置</translation>
+    </message>
+    <message>
+        <source>Save preset</source>
+        <translation>保存预设</translation>
+    </message>
+    <message>
+        <source>Preset name:</source>
+        <translation>预设名称：</translation>
+    </message>
+</context>
+<context>
+    <name>StatusLine</name>
+    <message>
+        <source>no GPU found</source>
+        <translation>未找到 GPU</translation>
+    </message>
+    <message>
+        <source>No GPU: {reason}</source>
+        <translation>无 GPU：{reason}</translation>
+    </message>
+    <message>
+        <source>VRAM {used} GiB used · {free} GiB free</source>
+        <translation>显存已用 {used} GiB · 可用 {free} GiB</translation>
+    </message>
+    <message>
+        <source>GPU {index}: {name}, {used} of {total} GiB used (driver {driver}{cuda})</source>
+        <translation>GPU {index}：{name}，已用 {used} / {total} GiB（驱动 {driver}{cuda}）</translation>
+    </message>
+    <message>
+        <source>All GPUs: {total} GiB</source>
+        <translation>全部 GPU：{total} GiB</translation>
+    </message>
+</context>
+<context>
+    <name>Transcript</name>
+    <message>
+        <source>You</source>
+        <translation>你</translation>
+    </message>
+    <message>
+        <source>Hearth</source>
+        <translation>Hearth</translation>
+    </message>
+    <message>
+        <source>System</source>
+        <translation>系统</translation>
+    </message>
+    <message>
+        <source>Writing…</source>
+        <translation>正在生成…</translation>
+    </message>
+    <message>
+        <source>Stopped</source>
+        <translation>已停止</translation>
+    </message>
+    <message>
+        <source>Error</source>
+        <translation>出错</translation>
+    </message>
+    <message>
+        <source>Interrupted: Hearth closed before this reply finished</source>
+        <translation>已中断：Hearth 在这条回复完成前关闭了</translation>
+    </message>
+    <message>
+        <source>Copy</source>
+        <translation>复制</translation>
+    </message>
+    <message>
+        <source>Edit</source>
+        <translation>编辑</translation>
+    </message>
+    <message>
+        <source>Regenerate</source>
+        <translation>重新生成</translation>
+    </message>
+    <message>
+        <source>Delete</source>
+        <translation>删除</translation>
+    </message>
+    <message>
+        <source>Info</source>
+        <translation>详情</translation>
+    </message>
+    <message>
+        <source>Previous version</source>
+        <translation>上一个版本</translation>
+    </message>
+    <message>
+        <source>Next version</source>
+        <translation>下一个版本</translation>
+    </message>
+    <message>
+        <source>Copy as Markdown</source>
+        <translation>复制为 Markdown</translation>
+    </message>
+    <message>
+        <source>Edit this message (the current version is kept)</source>
+        <translation>编辑这条消息（当前版本会保留）</translation>
+    </message>
+    <message>
+        <source>Write another reply (this one is kept)</source>
+        <translation>再生成一条回复（这一条会保留）</translation>
+    </message>
+    <message>
+        <source>Delete this message and what follows it</source>
+        <translation>删除这条消息及其后的内容</translation>
+    </message>
+    <message>
+        <source>How this reply was made</source>
+        <translation>这条回复是如何生成的</translation>
+    </message>
+    <message>
+        <source>TTFT {seconds} s</source>
+        <translation>首词元 {seconds} 秒</translation>
+    </message>
+    <message>
+        <source>{rate} tok/s</source>
+        <translation>{rate} 词元/秒</translation>
+    </message>
+    <message>
+        <source>{count} tokens in</source>
+        <translation>输入 {count} 个词元</translation>
+    </message>
+    <message>
+        <source>{count} tokens out</source>
+        <translation>输出 {count} 个词元</translation>
+    </message>
+    <message>
+        <source>Context: {note}</source>
+        <translation>上下文：{note}</translation>
+    </message>
+    <message>
+        <source>Copied</source>
+        <translation>已复制</translation>
+    </message>
+</context>
+<context>
+    <name>UndoBar</name>
+    <message>
+        <source>Undo</source>
+        <translation>撤销</translation>
+    </message>
+    <message>
+        <source>Chat “{title}” deleted ({seconds} s)</source>
+        <translation>已删除对话“{title}”（{seconds} 秒）</translation>
+    </message>
+</context>
+</TS>

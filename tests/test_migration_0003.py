@@ -1,0 +1,149 @@
+"""Migration 0003 (message trees, pins, trash, settings, provenance, search) on a populated database."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+from alembic import command
+from sqlalchemy import create_engine
+
+import app.db as db_module
+from app.conversations import ConversationStore
+from app.db import Database
+
+T0 = "2025-01-01T00:00:00.000000+00:00"
+CONVERSATIONS = 40
+MESSAGES = 4000
+WORDS = ("river", "mountain", "bread", "garden", "lantern", "harbour", "violin", "comet", "meadow", "anchor")
+
+
+def raw(path: Path, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    with closing(sqlite3.connect(path)) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def database_at_0002(path: Path) -> dict[int, list[int]]:
+    """Schema 0002 holding thousands of messages whose conversations interleave (as in real use, where the
+    user switches between chats), some deleted from the middle and the end, and one reply cut off mid-stream.
+
+    Returns each conversation's remaining message ids, in order.
+    """
+    engine = create_engine(f"sqlite:///{path}")
+    config = db_module._alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0002")
+    engine.dispose()
+    rng = random.Random(3)
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.executemany(
+            "INSERT INTO conversations (id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
+            [(c, f"Chat {c} about {WORDS[c % len(WORDS)]}", T0, T0) for c in range(1, CONVERSATIONS + 1)],
+        )
+        rows = []
+        for i in range(1, MESSAGES + 1):
+            conversation = rng.randint(1, CONVERSATIONS)
+            role = "user" if i % 2 else "assistant"
+            rows.append(
+                (i, conversation, role, f"message {i} mentions {rng.choice(WORDS)}", "complete", T0, T0)
+            )
+        conn.executemany(
+            "INSERT INTO messages (id, conversation_id, role, content, status, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        conn.execute("DELETE FROM messages WHERE id % 97 = 0")
+        conn.execute(
+            "INSERT INTO messages (id, conversation_id, role, content, status, created_at, updated_at) "
+            f"VALUES ({MESSAGES + 1}, 1, 'assistant', 'half a reply about zeppelins', 'streaming', ?, ?)",
+            (T0, T0),
+        )
+        # Messages at the end are gone too: their ids must still never be handed out again.
+        conn.execute(f"DELETE FROM messages WHERE id BETWEEN {MESSAGES - 5} AND {MESSAGES}")
+    chains: dict[int, list[int]] = {}
+    for message_id, conversation_id in raw(path, "SELECT id, conversation_id FROM messages ORDER BY id"):
+        assert isinstance(message_id, int) and isinstance(conversation_id, int)
+        chains.setdefault(conversation_id, []).append(message_id)
+    return chains
+
+
+def test_0003_turns_every_conversation_into_a_chain_and_indexes_it(tmp_path: Path) -> None:
+    path, backups = tmp_path / "hearth.sqlite3", tmp_path / "backups"
+    chains = database_at_0002(path)
+    total = sum(len(ids) for ids in chains.values())
+    assert total > 3000
+
+    database = Database.open(path, backups)
+    try:
+        [backup] = list(backups.iterdir())
+        assert backup.name.endswith("-pre-0003.sqlite3")
+        assert raw(backup, "SELECT version_num FROM alembic_version") == [("0002",)]
+        assert raw(backup, "SELECT count(*) FROM messages") == [(total,)]
+        assert raw(path, "SELECT version_num FROM alembic_version") == [("0003",)]
+
+        store = ConversationStore(database)
+        for conversation_id, ids in chains.items():
+            conversation = store.get_conversation(conversation_id)
+            assert conversation.message_count == len(ids)
+            assert conversation.current_leaf_id == ids[-1]
+            assert (conversation.pinned, conversation.trashed_at, conversation.settings) == (
+                False,
+                None,
+                None,
+            )
+            path_ids = [m.id for m in store.list_messages(conversation_id)]
+            assert path_ids == ids
+            parents = [m.parent_id for m in store.list_messages(conversation_id)]
+            assert parents == [None, *ids[:-1]]
+        assert len(store.list_conversations()) == CONVERSATIONS
+
+        # Every finished message and every title is searchable; the reply cut off mid-stream is not yet.
+        hits = store.search("harbour", limit=10_000)
+        expected = raw(path, "SELECT count(*) FROM messages WHERE content LIKE '%harbour%'")[0][0]
+        assert len([h for h in hits if h.message_id is not None]) == expected
+        assert sorted(h.title for h in hits if h.message_id is None) == sorted(
+            c.title for c in store.list_conversations() if "harbour" in c.title
+        )
+        assert store.search("zeppelins") == []
+        assert store.mark_interrupted_streaming() == 1
+        assert [h.snippet for h in store.search("zeppelins")] == ["half a reply about \x02zeppelins\x03"]
+
+        with closing(sqlite3.connect(path)) as conn:
+            conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
+            conn.execute("INSERT INTO conversations_fts(conversations_fts) VALUES ('integrity-check')")
+        assert raw(path, "PRAGMA foreign_key_check") == []
+        assert database.quick_check() == "ok"
+
+        # New messages continue the chain, with ids past every one ever used.
+        store.delete_message(MESSAGES + 1)
+        added = store.add_message(1, "user", "after the migration")
+        assert added.id > MESSAGES + 1
+        assert added.parent_id == chains[1][-2]
+    finally:
+        database.dispose()
+
+
+def test_0003_downgrades_to_0002_and_back(tmp_path: Path) -> None:
+    path = tmp_path / "hearth.sqlite3"
+    chains = database_at_0002(path)
+    Database.open(path, tmp_path / "backups").dispose()
+    engine = create_engine(f"sqlite:///{path}")
+    config = db_module._alembic_config()
+    try:
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0002")
+        columns = {row[1] for row in raw(path, "PRAGMA table_info(messages)")}
+        assert "parent_id" not in columns
+        assert raw(path, "SELECT name FROM sqlite_master WHERE name LIKE '%fts%'") == []
+        assert raw(path, "SELECT count(*) FROM messages") == [(sum(len(ids) for ids in chains.values()),)]
+        assert raw(path, "SELECT seq FROM sqlite_sequence WHERE name = 'messages'") == [(MESSAGES + 1,)]
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+    finally:
+        engine.dispose()
+    assert raw(path, "SELECT version_num FROM alembic_version") == [("0003",)]
