@@ -18,15 +18,13 @@ from app.conversations import EXPORT_FORMATS, HIT_END, HIT_START, Conversation, 
 from app.core import Core
 from app.engine import ChatEngine, TurnCallbacks
 from app.errors import HearthError
-from app.library import STARTER_SOURCE
 from app.paths import HearthPaths, resolve_home
-from inference.gguf import GGUFHeader
 
 if TYPE_CHECKING:
     # Imported where used: huggingface_hub adds a third of a second to every `hearth` start.
     from app.downloads import DownloadProgress
     from app.hub import HubClient, RemoteModel, RepoListing, UpdateCheck
-    from inference.estimator import FitEstimate, Recommendation
+    from app.model_ops import FileFit, RepoAssessment
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -275,57 +273,25 @@ def _cmd_search(core: Core, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-@dataclasses.dataclass(frozen=True)
-class _FileFit:
-    model: RemoteModel
-    header: GGUFHeader | None
-    error: str | None
-    estimate: FitEstimate | None
-    recommended: bool
+def _assess(core: Core, args: argparse.Namespace, hub: HubClient, listing: RepoListing) -> RepoAssessment:
+    from app.model_ops import assess_listing
 
-
-def _assess(
-    core: Core, args: argparse.Namespace, hub: HubClient, listing: RepoListing
-) -> tuple[list[_FileFit], Recommendation | None, int]:
-    """Every model's remote header and fit at the requested context, and the recommendation."""
-    from inference.estimator import estimate_fit, recommend
-    from inference.hardware import llama_backend, probe_hardware
-
-    context = args.context or core.settings.context_length
-    hardware = probe_hardware(vram_override_mib=args.vram, ram_override_mib=args.ram)
-    # A what-if GPU plans for another machine, whose llama.cpp build would have GPU support.
-    gpu_offload = args.vram is not None or llama_backend()[0] == "CUDA"
-    headers = hub.read_headers(listing, listing.models)
-    readable = [(i, h) for i, h in enumerate(headers) if isinstance(h, GGUFHeader)]
-    recommendation = (
-        recommend([h for _, h in readable], hardware, context=context, gpu_offload=gpu_offload)
-        if readable
-        else None
+    return assess_listing(
+        hub,
+        listing,
+        context=args.context or core.settings.context_length,
+        vram_mib=args.vram,
+        ram_mib=args.ram,
     )
-    chosen = (
-        readable[recommendation.index][0]
-        if recommendation is not None and recommendation.index is not None
-        else None
-    )
-    fits = [
-        _FileFit(
-            model, h, None, estimate_fit(h, hardware, context=context, gpu_offload=gpu_offload), i == chosen
-        )
-        if isinstance(h, GGUFHeader)
-        else _FileFit(model, None, str(h), None, False)
-        for i, (model, h) in enumerate(zip(listing.models, headers, strict=True))
-    ]
-    return fits, recommendation, context
 
 
-def _fit_json(fit: _FileFit) -> dict[str, Any]:
+def _fit_json(fit: FileFit) -> dict[str, Any]:
     model, estimate = fit.model, fit.estimate
-    quantization = (fit.header.quantization if fit.header else None) or model.quantization
     return {
         "name": model.name,
         "filename": model.filename,
         "parts": [{"filename": p.filename, "size_bytes": p.size, "sha256": p.sha256} for p in model.parts],
-        "quantization": quantization,
+        "quantization": fit.quantization,
         "size_bytes": model.size,
         "sha256": model.parts[0].sha256,
         "verdict": estimate.verdict if estimate else None,
@@ -345,7 +311,8 @@ def _fit_json(fit: _FileFit) -> dict[str, Any]:
 def _cmd_files(core: Core, args: argparse.Namespace, out: TextIO) -> int:
     hub = _hub(core, args)
     listing = hub.list_files(args.repo, args.revision)
-    fits, recommendation, context = _assess(core, args, hub, listing)
+    assessment = _assess(core, args, hub, listing)
+    fits, recommendation, context = assessment.fits, assessment.recommendation, assessment.context
     if args.json:
         _print_json(
             {
@@ -424,8 +391,9 @@ def _choose(core: Core, args: argparse.Namespace, hub: HubClient, listing: RepoL
         names = ", ".join(m.filename for m in matches)
         raise HearthError(f"Several {args.quant} files in {listing.repo_id} ({names}); name the FILE.")
     if args.recommended:
-        fits, recommendation, _ = _assess(core, args, hub, listing)
-        chosen = next((f.model for f in fits if f.recommended), None)
+        assessment = _assess(core, args, hub, listing)
+        recommendation = assessment.recommendation
+        chosen = next((f.model for f in assessment.fits if f.recommended), None)
         if chosen is None:
             reason = recommendation.reason if recommendation is not None else "no file could be read"
             raise HearthError(f"Nothing in {listing.repo_id} is recommended for this machine: {reason}")
@@ -524,21 +492,9 @@ def _cmd_verify(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) 
 
 
 def _cmd_remove(core: Core, args: argparse.Namespace, out: TextIO) -> int:
-    model = core.library.get(args.name)
-    if model.source == STARTER_SOURCE:
-        raise HearthError(
-            f"{model.name} is the built-in starter model; it comes back at every start and cannot be removed."
-        )
-    deleted = core.library.remove(args.name, delete_file=True)
-    if deleted and model.repo_id is not None:
-        # Empty folders of the repo are ours: they were made for this download.
-        folder = model.path.parent
-        while folder != core.library.models_dir and folder.is_relative_to(core.library.models_dir):
-            try:
-                folder.rmdir()
-            except OSError:
-                break
-            folder = folder.parent
+    from app.model_ops import remove_installed
+
+    model, deleted = remove_installed(core.library, args.name)
     freed = f"; freed {_mib(model.total_size_bytes)}" if deleted else ""
     out.write(f"Removed {model.name}{freed}\n")
     return EXIT_OK

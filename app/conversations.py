@@ -38,14 +38,27 @@ INTERRUPTED_ERROR = "The reply was cut off because Hearth or its model runner st
 HIT_START = "\x02"
 HIT_END = "\x03"
 SNIPPET_TOKENS = 16
+# Ranking costs about a microsecond per match: a word found in 100,000 messages would take 100 ms to rank.
+# Beyond this many matches only the newest ones are ranked (all of them still count as found).
+RANKED_MATCHES = 20_000
+# A shorter last word matches too many words as a prefix to be worth the time while the user types.
+PREFIX_MIN_CHARS = 3
 
 _CONVERSATIONS = cast(Table, ConversationRow.__table__)
 _MESSAGES = cast(Table, MessageRow.__table__)
-_WORD = re.compile(r"\w")
-_MESSAGE_HITS = (
-    "FROM messages_fts AS f JOIN messages AS m ON m.id = f.rowid "
-    "JOIN conversations AS c ON c.id = m.conversation_id"
+# Reads that can return thousands of rows are plain SQL and plain tuples: SQLAlchemy's per-row processing
+# cost more than SQLite itself for a 5,000-message transcript or a 10,000-conversation list (bar P5).
+_MESSAGE_COLUMNS = (
+    "id, conversation_id, role, content, status, error, model_name, model_sha256, prompt_tokens, "
+    "completion_tokens, ttft_ms, tokens_per_second, sampling_json, seed, created_at, updated_at, parent_id, "
+    "template, quantization, context_note"
 )
+_SELECT_MESSAGES = f"SELECT {_MESSAGE_COLUMNS} FROM messages"
+_SELECT_CONVERSATIONS = (
+    "SELECT id, title, system_prompt, created_at, updated_at, model_name, message_count, pinned, trashed_at, "
+    "settings_json, current_leaf_id FROM conversations"
+)
+_WORD = re.compile(r"\w")
 
 
 class _Position(enum.Enum):
@@ -126,46 +139,56 @@ def _json_or_none(text_value: str | None) -> dict[str, Any] | None:
     return cast(dict[str, Any], json.loads(text_value)) if text_value is not None else None
 
 
-def _conversation(row: ConversationRow | Row[Any]) -> Conversation:
+def _time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value is not None else None
+
+
+def _conversation(row: Sequence[Any]) -> Conversation:
+    """From a row of _SELECT_CONVERSATIONS."""
+    (id_, title, system_prompt, created, updated, model_name, count, pinned, trashed, settings, leaf) = row
     return Conversation(
-        id=row.id,
-        title=row.title,
-        system_prompt=row.system_prompt,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        model_name=row.model_name,
-        message_count=row.message_count,
-        pinned=bool(row.pinned),
-        trashed_at=row.trashed_at,
-        settings=_json_or_none(row.settings_json),
-        current_leaf_id=row.current_leaf_id,
+        id_,
+        title,
+        system_prompt,
+        datetime.fromisoformat(created),
+        datetime.fromisoformat(updated),
+        model_name,
+        count,
+        bool(pinned),
+        _time(trashed),
+        _json_or_none(settings),
+        leaf,
     )
 
 
-def _message(row: MessageRow | Row[Any], position: tuple[int, int]) -> Message:
+def _message(row: Sequence[Any], position: tuple[int, int]) -> Message:
+    """From a row of _SELECT_MESSAGES, and its place among its siblings."""
+    (id_, conversation_id, role, content, status, error, model_name, sha256, prompt_tokens, completion_tokens,
+     ttft_ms, tokens_per_second, sampling, seed, created, updated, parent_id, template, quantization,
+     context_note) = row  # fmt: skip
     return Message(
-        id=row.id,
-        conversation_id=row.conversation_id,
-        role=row.role,
-        content=row.content,
-        status=row.status,
-        error=row.error,
-        model_name=row.model_name,
-        model_sha256=row.model_sha256,
-        prompt_tokens=row.prompt_tokens,
-        completion_tokens=row.completion_tokens,
-        ttft_ms=row.ttft_ms,
-        tokens_per_second=row.tokens_per_second,
-        sampling=_json_or_none(row.sampling_json),
-        seed=row.seed,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        parent_id=row.parent_id,
-        sibling_index=position[0],
-        sibling_count=position[1],
-        template=row.template,
-        quantization=row.quantization,
-        context_note=row.context_note,
+        id_,
+        conversation_id,
+        role,
+        content,
+        status,
+        error,
+        model_name,
+        sha256,
+        prompt_tokens,
+        completion_tokens,
+        ttft_ms,
+        tokens_per_second,
+        _json_or_none(sampling),
+        seed,
+        datetime.fromisoformat(created),
+        datetime.fromisoformat(updated),
+        parent_id,
+        position[0],
+        position[1],
+        template,
+        quantization,
+        context_note,
     )
 
 
@@ -190,7 +213,7 @@ def _one_line_title(text_value: str) -> str:
 
 
 def match_expression(query: str) -> str | None:
-    """The FTS5 query for what the user typed: every word must occur, the last one as a prefix.
+    """The FTS5 query for what the user typed: every word must occur, the last one also as a prefix.
 
     Each whitespace-separated piece is quoted, so FTS5 operators and stray quotes or brackets are plain
     text and can never be a syntax error. None when there is nothing to search for.
@@ -199,8 +222,9 @@ def match_expression(query: str) -> str | None:
     if not pieces:
         return None
     quoted = ['"' + piece.replace('"', '""') + '"' for piece in pieces]
-    # Search as you type: the word being typed matches what it starts.
-    if _WORD.match(pieces[-1][-1]):
+    # Search as you type: the word being typed matches the words it starts.
+    last = pieces[-1]
+    if _WORD.match(last[-1]) and len(last) >= PREFIX_MIN_CHARS:
         quoted[-1] += "*"
     return " ".join(quoted)
 
@@ -226,8 +250,9 @@ class _Tree:
 
     @classmethod
     def load(cls, session: Session, conversation_id: int) -> _Tree:
+        # No ORDER BY: sorting here lets SQLite answer from the (conversation_id, parent_id) index alone.
         rows = session.execute(
-            select(MessageRow.id, MessageRow.parent_id).where(MessageRow.conversation_id == conversation_id)
+            text("SELECT id, parent_id FROM messages WHERE conversation_id = :c"), {"c": conversation_id}
         )
         return cls((message_id, parent_id) for message_id, parent_id in rows)
 
@@ -285,12 +310,9 @@ class ConversationStore:
         """Pinned first, then the most recently updated; conversations in the trash are left out."""
         with self._db.read_session() as session:
             rows = session.execute(
-                select(_CONVERSATIONS)
-                .where(ConversationRow.trashed_at.is_(None))
-                .order_by(
-                    ConversationRow.pinned.desc(),
-                    ConversationRow.updated_at.desc(),
-                    ConversationRow.id.desc(),
+                text(
+                    f"{_SELECT_CONVERSATIONS} WHERE trashed_at IS NULL "
+                    "ORDER BY pinned DESC, updated_at DESC, id DESC"
                 )
             )
             return [_conversation(row) for row in rows]
@@ -299,9 +321,9 @@ class ConversationStore:
         """Conversations in the trash, most recently trashed first."""
         with self._db.read_session() as session:
             rows = session.execute(
-                select(_CONVERSATIONS)
-                .where(ConversationRow.trashed_at.is_not(None))
-                .order_by(ConversationRow.trashed_at.desc(), ConversationRow.id.desc())
+                text(
+                    f"{_SELECT_CONVERSATIONS} WHERE trashed_at IS NOT NULL ORDER BY trashed_at DESC, id DESC"
+                )
             )
             return [_conversation(row) for row in rows]
 
@@ -409,16 +431,13 @@ class ConversationStore:
         """Every message of every branch, oldest first (a parent always comes before its children)."""
         with self._db.read_session() as session:
             self._row(session, conversation_id)
-            rows = session.execute(
-                select(_MESSAGES).where(MessageRow.conversation_id == conversation_id).order_by(MessageRow.id)
-            ).all()
+            rows = self._conversation_messages(session, conversation_id)
             tree = _Tree((row.id, row.parent_id) for row in rows)
             return [_message(row, tree.position(row.id)) for row in rows]
 
     def get_message(self, message_id: int) -> Message:
         with self._db.read_session() as session:
-            row = self._message_row(session, message_id)
-            return _message(row, self._position(session, row.conversation_id, row.parent_id, row.id))
+            return self._one_message(session, message_id)
 
     def path_to(self, message_id: int) -> list[Message]:
         """The messages from the root down to this one, inclusive."""
@@ -605,8 +624,9 @@ class ConversationStore:
     def search(self, query: str, limit: int = 50) -> list[SearchHit]:
         """Conversations whose title matches come first, then messages, each best match first.
 
-        Every word must occur (the last one may be the start of a word). Conversations in the trash and
-        replies still streaming are not searched.
+        Every word must occur (the last one may also be the start of a word). Conversations in the trash
+        and replies still streaming are not searched. For words in more than RANKED_MATCHES messages,
+        the best of the newest RANKED_MATCHES are returned.
         """
         match = match_expression(query)
         if match is None or limit < 1:
@@ -622,37 +642,69 @@ class ConversationStore:
                 {"match": match, "start": HIT_START, "end": HIT_END, "limit": max(1, limit // 5)},
             ).all()
             hits = [SearchHit(row.id, None, row.title, row.snippet, row.rank) for row in titles]
-            # Ranked first, snippets after: a snippet reads the message text, so only the hits shown get one.
-            best = session.execute(
+            # Ids grow with time: the oldest of the newest RANKED_MATCHES matches (when there are more).
+            oldest_ranked = session.execute(
                 text(
-                    f"SELECT f.rowid AS id, f.rank {_MESSAGE_HITS} "
-                    "WHERE messages_fts MATCH :match AND c.trashed_at IS NULL ORDER BY f.rank LIMIT :limit"
+                    "SELECT rowid FROM messages_fts WHERE messages_fts MATCH :match "
+                    "ORDER BY rowid DESC LIMIT 1 OFFSET :offset"
                 ),
-                {"match": match, "limit": limit - len(hits)},
-            ).all()
-            if not best:
-                return hits
-            shown = session.execute(
-                text(
-                    "SELECT f.rowid AS id, m.conversation_id, m.role, c.title, "
-                    f"snippet(messages_fts, 0, :start, :end, '…', :tokens) AS snippet {_MESSAGE_HITS} "
-                    "WHERE messages_fts MATCH :match AND f.rowid IN (SELECT value FROM json_each(:ids))"
-                ),
-                {
-                    "match": match,
-                    "start": HIT_START,
-                    "end": HIT_END,
-                    "tokens": SNIPPET_TOKENS,
-                    "ids": _ids_json(row.id for row in best),
-                },
+                {"match": match, "offset": RANKED_MATCHES - 1},
+            ).scalar()
+            wanted = limit - len(hits)
+            fetch = wanted
+            while True:
+                found = self._message_hits(session, match, oldest_ranked or 0, fetch)
+                shown = [hit for hit in found if hit is not None]
+                # Trashed conversations are few and short-lived: asking again for more is rare.
+                if len(shown) >= wanted or len(found) < fetch:
+                    return hits + shown[:wanted]
+                fetch *= 4
+
+    @staticmethod
+    def _message_hits(session: Session, match: str, oldest: int, limit: int) -> list[SearchHit | None]:
+        """The best `limit` message hits, None for those in the trash.
+
+        The FTS table is queried alone: FTS5 then sorts by rank itself and computes snippets only for the
+        rows returned. Joined to other tables, SQLite would make a snippet for every match before sorting
+        (100 ms for a word in 100,000 messages).
+        """
+        ranked = session.execute(
+            text(
+                "SELECT rowid AS id, rank, snippet(messages_fts, 0, :start, :end, '…', :tokens) AS snippet "
+                "FROM messages_fts WHERE messages_fts MATCH :match AND rowid >= :oldest "
+                "ORDER BY rank LIMIT :limit"
+            ),
+            {
+                "match": match,
+                "oldest": oldest,
+                "limit": limit,
+                "start": HIT_START,
+                "end": HIT_END,
+                "tokens": SNIPPET_TOKENS,
+            },
+        ).all()
+        where = session.execute(
+            text(
+                "SELECT m.id, m.conversation_id, m.role, c.title, c.trashed_at IS NOT NULL AS trashed "
+                "FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id "
+                "WHERE m.id IN (SELECT value FROM json_each(:ids))"
+            ),
+            {"ids": _ids_json(row.id for row in ranked)},
+        )
+        found = {row.id: row for row in where}
+        return [
+            None
+            if found[row.id].trashed
+            else SearchHit(
+                found[row.id].conversation_id,
+                row.id,
+                found[row.id].title,
+                row.snippet,
+                row.rank,
+                found[row.id].role,
             )
-            by_id = {row.id: row for row in shown}
-            for row in best:
-                found = by_id[row.id]
-                hits.append(
-                    SearchHit(found.conversation_id, row.id, found.title, found.snippet, row.rank, found.role)
-                )
-            return hits
+            for row in ranked
+        ]
 
     # Export and import -----------------------------------------------------------------------------------
 
@@ -660,9 +712,8 @@ class ConversationStore:
         """A JSON-ready dict, stable across releases of the same `version` (README: "JSON output")."""
         with self._db.read_session() as session:
             conversation = self._get(session, conversation_id)
-            rows = session.execute(
-                select(_MESSAGES).where(MessageRow.conversation_id == conversation_id).order_by(MessageRow.id)
-            ).all()
+            rows = self._conversation_messages(session, conversation_id)
+        messages = [_message(row, (1, 1)) for row in rows]
         return {
             "format": EXPORT_FORMAT,
             "version": EXPORT_VERSION,
@@ -675,33 +726,33 @@ class ConversationStore:
                 "model_name": conversation.model_name,
                 "pinned": conversation.pinned,
                 "settings": conversation.settings,
-                "current_leaf_id": _Tree((r.id, r.parent_id) for r in rows).leaf_or_latest(
+                "current_leaf_id": _Tree((m.id, m.parent_id) for m in messages).leaf_or_latest(
                     conversation.current_leaf_id
                 ),
             },
             "messages": [
                 {
-                    "id": r.id,
-                    "parent_id": r.parent_id,
-                    "role": r.role,
-                    "content": r.content,
-                    "status": r.status,
-                    "error": r.error,
-                    "model_name": r.model_name,
-                    "model_sha256": r.model_sha256,
-                    "prompt_tokens": r.prompt_tokens,
-                    "completion_tokens": r.completion_tokens,
-                    "ttft_ms": r.ttft_ms,
-                    "tokens_per_second": r.tokens_per_second,
-                    "sampling": _json_or_none(r.sampling_json),
-                    "seed": r.seed,
-                    "template": r.template,
-                    "quantization": r.quantization,
-                    "context_note": r.context_note,
-                    "created_at": r.created_at.isoformat(),
-                    "updated_at": r.updated_at.isoformat(),
+                    "id": m.id,
+                    "parent_id": m.parent_id,
+                    "role": m.role,
+                    "content": m.content,
+                    "status": m.status,
+                    "error": m.error,
+                    "model_name": m.model_name,
+                    "model_sha256": m.model_sha256,
+                    "prompt_tokens": m.prompt_tokens,
+                    "completion_tokens": m.completion_tokens,
+                    "ttft_ms": m.ttft_ms,
+                    "tokens_per_second": m.tokens_per_second,
+                    "sampling": m.sampling,
+                    "seed": m.seed,
+                    "template": m.template,
+                    "quantization": m.quantization,
+                    "context_note": m.context_note,
+                    "created_at": m.created_at.isoformat(),
+                    "updated_at": m.updated_at.isoformat(),
                 }
-                for r in rows
+                for m in messages
             ],
         }
 
@@ -876,7 +927,9 @@ class ConversationStore:
 
     @staticmethod
     def _get(session: Session, conversation_id: int) -> Conversation:
-        row = session.execute(select(_CONVERSATIONS).where(ConversationRow.id == conversation_id)).first()
+        row = session.execute(
+            text(f"{_SELECT_CONVERSATIONS} WHERE id = :id"), {"id": conversation_id}
+        ).first()
         if row is None:
             raise _not_found(conversation_id)
         return _conversation(row)
@@ -886,10 +939,23 @@ class ConversationStore:
         if not ids:
             return []
         rows = session.execute(
-            select(_MESSAGES).where(MessageRow.id.in_(_in_ids(_ids_json(ids)))).order_by(MessageRow.id)
+            text(f"{_SELECT_MESSAGES} WHERE id IN (SELECT value FROM json_each(:ids))"),
+            {"ids": _ids_json(ids)},
         )
-        by_id = {row.id: row for row in rows}
+        by_id = {row[0]: row for row in rows}
         return [_message(by_id[message_id], tree.position(message_id)) for message_id in ids]
+
+    @staticmethod
+    def _conversation_messages(session: Session, conversation_id: int) -> Sequence[Row[Any]]:
+        return session.execute(
+            text(f"{_SELECT_MESSAGES} WHERE conversation_id = :c ORDER BY id"), {"c": conversation_id}
+        ).all()
+
+    def _one_message(self, session: Session, message_id: int) -> Message:
+        row = session.execute(text(f"{_SELECT_MESSAGES} WHERE id = :id"), {"id": message_id}).first()
+        if row is None:
+            raise _message_not_found(message_id)
+        return _message(row, self._position(session, row.conversation_id, row.parent_id, message_id))
 
     @staticmethod
     def _position(
@@ -945,7 +1011,8 @@ class ConversationStore:
             session.add(row)
             session.flush()
             conversation.current_leaf_id = row.id
-            return _message(row, self._position(session, row.conversation_id, row.parent_id, row.id))
+            session.flush()
+            return self._one_message(session, row.id)
 
     @staticmethod
     def _current_leaf(session: Session, conversation: ConversationRow) -> int | None:

@@ -98,9 +98,7 @@ class MessageRow(Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    conversation_id: Mapped[int] = mapped_column(
-        Integer, ForeignKey("conversations.id", ondelete="CASCADE"), index=True
-    )
+    conversation_id: Mapped[int] = mapped_column(Integer, ForeignKey("conversations.id", ondelete="CASCADE"))
     role: Mapped[str] = mapped_column(Text)
     content: Mapped[str] = mapped_column(Text, server_default="")
     status: Mapped[str] = mapped_column(Text)

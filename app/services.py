@@ -14,6 +14,7 @@ from app.core import Core
 from app.engine import ChatEngine
 from app.gpu_monitor import GpuMonitor
 from app.library import ModelLibrary
+from app.library_service import LibraryService
 from app.paths import HearthPaths
 from app.settings import Settings, save_settings, write_text_atomically
 from inference.hardware import HardwareReport, probe_hardware
@@ -30,6 +31,8 @@ class AppServices:
     hardware: HardwareReport
     core: Core
     gpu_monitor: GpuMonitor
+    # The library panel's: Hub search, downloads, verify, delete, model switching, the token.
+    library_service: LibraryService
 
     @classmethod
     def start(cls, paths: HearthPaths) -> AppServices:
@@ -40,16 +43,18 @@ class AppServices:
         )
         monitor = GpuMonitor()
         monitor.start()
+        chat = ChatService(engine)
         return cls(
             paths=paths,
             settings=core.settings,
             store=core.store,
             library=core.library,
-            chat=ChatService(engine),
+            chat=chat,
             background=Background(),
             hardware=hardware,
             core=core,
             gpu_monitor=monitor,
+            library_service=LibraryService(core, chat),
         )
 
     def update_settings(self, **changes: object) -> None:
@@ -72,6 +77,8 @@ class AppServices:
 
     def shutdown(self) -> None:
         self.gpu_monitor.stop()
+        # Pauses running downloads (they resume at the next start); its workers use the database.
+        self.library_service.shutdown()
         self.chat.shutdown()
         self.background.shutdown()
         self.core.close()

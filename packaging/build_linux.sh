@@ -117,16 +117,7 @@ with zipfile.ZipFile(wheel) as z:
         if len(parts) == 3 and parts[:2] == ["llama_cpp", "lib"] and parts[2]:
             (out / parts[2]).write_bytes(z.read(name))
 PY
-# What the CPU code was compiled for, as llama.cpp reports it; a build without AVX2 is never shipped.
-features="$("$py" -c 'import ctypes, sys
-lib = ctypes.CDLL(sys.argv[1])
-lib.llama_print_system_info.restype = ctypes.c_char_p
-print(lib.llama_print_system_info().decode())' "$libs/libllama.so")"
-echo "llama.cpp libraries from $wheel: $features"
-if [ "$machine" = x86_64 ] && [[ "$features" != *"AVX2 = 1"* ]]; then
-  echo "$wheel was built without AVX2: it would run 5-10x slower than it should" >&2
-  exit 1
-fi
+echo "llama.cpp libraries from $wheel"
 if [ "$backend" = cpu ] && ls "$libs"/libggml-cuda.so* >/dev/null 2>&1; then
   echo "$wheel is a CUDA build: use HEARTH_BACKEND=cuda" >&2
   exit 1
@@ -164,6 +155,16 @@ if [ "$backend" = cuda ]; then
   for lib in cudart cublas cublasLt; do
     [ -e "$libs/lib$lib.so.$major" ] || { echo "lib$lib.so.$major not found in ${sources[*]}" >&2; exit 1; }
   done
+fi
+# What the CPU code was compiled for, as llama.cpp reports it; a build without AVX2 is never shipped.
+features="$("$py" -c 'import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.llama_print_system_info.restype = ctypes.c_char_p
+print(lib.llama_print_system_info().decode())' "$libs/libllama.so")"
+echo "llama.cpp CPU code: $features"
+if [ "$machine" = x86_64 ] && [[ "$features" != *"AVX2 = 1"* ]]; then
+  echo "$wheel was built without AVX2: it would run 5-10x slower than it should" >&2
+  exit 1
 fi
 export HEARTH_LLAMA_LIB_DIR="$libs"
 

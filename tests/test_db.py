@@ -374,8 +374,8 @@ def test_backup_that_fails_verification_stops_the_migration(
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("PRAGMA writable_schema=ON")
         conn.execute(
-            "UPDATE sqlite_master SET sql = 'CREATE INDEX ix_messages_conversation_id ON messages (role)' "
-            "WHERE name = 'ix_messages_conversation_id'"
+            "UPDATE sqlite_master SET sql = 'CREATE INDEX ix_messages_parent_id ON messages (role)' "
+            "WHERE name = 'ix_messages_parent_id'"
         )
         conn.commit()
     monkeypatch.setattr(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import app.conversations as conversations_module
 from app.conversations import HIT_END, HIT_START, ConversationStore, match_expression
 from app.db import Database
 
@@ -108,6 +109,7 @@ def test_match_expression_quotes_every_word() -> None:
     assert match_expression('say "hi"') == '"say" """hi"""'
     assert match_expression("e-mail c++") == '"e-mail" "c++"'
     assert match_expression(" ( ) ") is None
+    assert match_expression("go to") == '"go" "to"'  # two letters: too many words start with them
 
 
 def test_the_word_being_typed_matches_as_a_prefix_and_accents_are_ignored(store: ConversationStore) -> None:
@@ -156,3 +158,17 @@ def test_limit(store: ConversationStore) -> None:
     assert len(store.search("number", limit=10)) == 10
     assert len(store.search("number", limit=100)) == 31  # the title and every message
     assert store.search("number", limit=0) == []
+
+
+def test_a_very_common_word_ranks_only_the_newest_matches(
+    store: ConversationStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(conversations_module, "RANKED_MATCHES", 5)
+    conversation = store.create_conversation()
+    oldest = store.add_message(conversation.id, "user", "zebra zebra zebra")
+    newer = [
+        store.add_message(conversation.id, "user", f"a zebra and {i} other words here") for i in range(8)
+    ]
+    assert {h.message_id for h in store.search("zebra")} == {m.id for m in newer[-5:]}
+    monkeypatch.setattr(conversations_module, "RANKED_MATCHES", 100)
+    assert store.search("zebra")[0].message_id == oldest.id  # the best match, once it is ranked

@@ -18,6 +18,7 @@ from tests.ui_fixtures import (
     GuiSessions,
     click,
     click_conversation,
+    click_message_action,
     rows,
     seed_conversation,
     titles,
@@ -210,6 +211,33 @@ def test_export_then_import_round_trips_the_whole_tree(
     qtbot.waitUntil(lambda: [row.text for row in rows(window)][-1:] == ["Sage green, calm and fresh."])
 
 
+CHATGPT_SAMPLE = Path(__file__).parent / "data" / "chatgpt_conversations.json"
+
+
+def test_a_chatgpt_export_imports_with_its_branches(qtbot: QtBot, session: GuiSession) -> None:
+    window, answers = session.window, session.answers
+    answers.open_path = CHATGPT_SAMPLE
+    window.importAction.trigger()
+    qtbot.waitUntil(lambda: len(titles(window)) == 3, timeout=5000)
+    assert "Sourdough starter smells like acetone" in titles(window)
+    assert window.statusBar().currentMessage() == (
+        "Imported 3 chat(s) from the ChatGPT export · 7 message(s) left out (system, tool or empty)"
+    )
+    # The first imported chat opens, on the branch ChatGPT was showing.
+    qtbot.waitUntil(lambda: len(rows(window)) == 4, timeout=5000)
+    assert [(row.role, row.sibling_text) for row in rows(window)] == [
+        ("user", ""),
+        ("assistant", "2/2"),
+        ("user", "2/2"),
+        ("assistant", ""),
+    ]
+    edited = rows(window)[2]
+    assert window.conversationList.currentItem().text() == "Sourdough starter smells like acetone"
+    click_message_action(window, edited.message_id, "previous")
+    qtbot.waitUntil(lambda: rows(window)[2].text == "How often should I feed it? 🍞", timeout=5000)
+    assert rows(window)[3].text.startswith("Twice a day at room temperature. 一日两次")
+
+
 def test_a_malformed_import_is_refused_and_nothing_is_added(
     qtbot: QtBot, session: GuiSession, tmp_path: Path
 ) -> None:
@@ -218,7 +246,7 @@ def test_a_malformed_import_is_refused_and_nothing_is_added(
     bad.write_text('[{"title": "half", "mapping": {"a": {"message": 5}}}]', encoding="utf-8")
     answers.open_path = bad
     window.importAction.trigger()
-    qtbot.waitUntil(lambda: window.statusBar().currentMessage() != "", timeout=3000)
+    qtbot.waitUntil(lambda: "Nothing was imported" in window.statusBar().currentMessage(), timeout=3000)
     assert titles(window) == []
     assert session.services.store.list_conversations() == []
 

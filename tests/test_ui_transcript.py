@@ -261,7 +261,7 @@ def test_rows_far_away_let_go_of_their_documents(
     monkeypatch.setattr(transcript_module, "MAX_RENDERED_ROWS", 30)
     transcript.set_entries(_history(120))
     qtbot.waitUntil(lambda: all(row.measured_width is not None for row in transcript.rows()), timeout=10_000)
-    assert sum(1 for row in transcript.rows() if row.segments is not None) <= 30
+    qtbot.waitUntil(lambda: sum(1 for row in transcript.rows() if row.segments is not None) <= 30)
 
     transcript.scroll_to_message(3)
     QApplication.processEvents()
@@ -310,6 +310,24 @@ def test_auto_scroll_follows_only_when_already_at_the_bottom(qtbot: QtBot, trans
     transcript.append_delta(99, LONG)
     _settle(qtbot)
     qtbot.waitUntil(lambda: bar.value() == bar.maximum(), timeout=2000)
+
+
+def test_reading_inside_a_growing_reply_is_not_disturbed(qtbot: QtBot, transcript: Transcript) -> None:
+    transcript.set_entries(_history(3))
+    transcript.add_entry(TranscriptEntry(99, "assistant", "", status="streaming"))
+    for _ in range(6):
+        transcript.append_delta(99, LONG + "\n\n")
+    transcript.flush()
+    transcript.scroll_to_message(99)
+    bar = transcript.verticalScrollBar()
+    bar.setValue(bar.value() + 300)  # the user reads a few paragraphs into the reply
+    reading = bar.value()
+    for _ in range(4):
+        transcript.append_delta(99, LONG + "\n\n")
+        transcript.flush()
+    transcript.finish(99, "complete")
+    _settle(qtbot)
+    assert bar.value() == reading
 
 
 def test_rows_measured_above_the_viewport_do_not_move_what_is_read(

@@ -15,7 +15,6 @@ class Composer(QPlainTextEdit):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("composer")
-        self.setPlaceholderText("Message Hearth… (Enter to send, Shift+Enter for a new line)")
         self.setTabChangesFocus(True)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:

@@ -47,6 +47,7 @@ from PySide6.QtWidgets import (
 
 from app.conversations import Conversation, ImportReport, Message, SearchHit, export_filename
 from app.engine import ContextUsage, ModelStatus
+from app.errors import HearthError
 from app.library import InstalledModel
 from app.presets import Preset, delete_preset, list_presets, save_preset
 from app.services import AppServices
@@ -66,7 +67,9 @@ from ui.dialogs import (
     ask_text,
     confirm_action,
 )
+from ui.highlight import warm_up as warm_up_highlighting
 from ui.i18n import LANGUAGES, Translations
+from ui.library_panel import LibraryDialog
 from ui.provenance import ProvenanceDialog
 from ui.safe_browser import ConfirmOpen, OpenUrl, confirm_open_url
 from ui.search_panel import SearchPanel
@@ -199,6 +202,7 @@ class MainWindow(QMainWindow):
         # Counts settings edits, so a conversation read from before an edit does not overwrite it.
         self._settings_edits = 0
         self._dialogs: list[ProvenanceDialog] = []
+        self._library_dialog: LibraryDialog | None = None
         self._theme: Theme = resolve_theme(services.settings.theme)
         self._models_loaded = False
         self._conversations_loaded = False
@@ -220,6 +224,7 @@ class MainWindow(QMainWindow):
         self._run(services.library.list_models, self._show_models)
         self._run(self._chat.current_status, self._on_model_status)
         self._refresh_presets()
+        self._run(warm_up_highlighting, lambda _none: None)
         if services.gpu_monitor.latest is not None:
             self._on_gpu_status(services.gpu_monitor.latest)
         self.composer.setFocus()
@@ -375,6 +380,9 @@ class MainWindow(QMainWindow):
             self.viewMenu, "settingsAction", self.toggle_settings, QKeySequence("Ctrl+,")
         )
         self.settingsAction.setCheckable(True)
+        self.modelsAction = self._action(
+            self.viewMenu, "modelsAction", self.open_library, QKeySequence("Ctrl+Shift+M")
+        )
         self.themeMenu = self.viewMenu.addMenu("")
         self._theme_actions: dict[str, QAction] = {}
         themes = QActionGroup(self)
@@ -461,6 +469,8 @@ class MainWindow(QMainWindow):
         chat.conversationsChanged.connect(self.refresh_conversations)
         chat.contextUsage.connect(self._on_context_usage)
         self._services.gpu_monitor.status.connect(self._on_gpu_status)
+        # Downloads, deletes and switches in the library panel: the picker follows the library.
+        self._services.library_service.modelsChanged.connect(self._show_models)
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._on_color_scheme)
 
     def retranslate(self) -> None:
@@ -494,6 +504,7 @@ class MainWindow(QMainWindow):
         self.findAction.setText(self.tr("&Find in chats"))
         self.viewMenu.setTitle(self.tr("&View"))
         self.settingsAction.setText(self.tr("Chat &settings"))
+        self.modelsAction.setText(self.tr("&Models…"))
         self.themeMenu.setTitle(self.tr("&Theme"))
         theme_names = {
             "system": self.tr("Follow the system"),
@@ -904,6 +915,13 @@ class MainWindow(QMainWindow):
 
     # -- per-conversation settings and presets --------------------------------------------------
 
+    def open_library(self) -> None:
+        if self._library_dialog is None:
+            self._library_dialog = LibraryDialog(self._services, confirm=self._confirm, parent=self)
+        self._library_dialog.show()
+        self._library_dialog.raise_()
+        self._library_dialog.activateWindow()
+
     def toggle_settings(self) -> None:
         self.settingsButton.setChecked(not self.settingsButton.isChecked())
 
@@ -1213,7 +1231,7 @@ class MainWindow(QMainWindow):
                 return None
             try:
                 return library.get(message.model_name).path.name
-            except Exception:
+            except HearthError:
                 # Removed from the library since: the dialog says "not recorded".
                 return None
 

@@ -76,20 +76,26 @@ class BlockSplitter:
         return self._fence is not None
 
     def feed(self, text: str) -> list[str]:
-        self.pending += text
+        pending = self.pending + text
         settled: list[str] = []
+        # Blocks are sliced out of `pending` as they settle and the rest is cut off once at the end, so
+        # a large piece of text costs one pass, not one copy of the remainder per block.
+        block_start = 0
         while True:
-            end = self.pending.find("\n", self._scan)
+            end = pending.find("\n", self._scan)
             if end < 0:
-                return settled
+                break
             start, self._scan = self._scan, end + 1
-            cut = self._line(self.pending[start:end], start, end + 1)
+            cut = self._line(pending[start:end], start - block_start, end + 1)
             if cut is not None:
-                block, self.pending = self.pending[:cut], self.pending[cut:]
-                self._scan -= cut
+                block = pending[block_start:cut]
+                block_start = cut
                 if block.strip():
                     settled.append(block)
                     self.settled_count += 1
+        self.pending = pending[block_start:]
+        self._scan -= block_start
+        return settled
 
     def finish(self) -> list[str]:
         """Everything still pending, as the last block; the splitter is then empty."""
@@ -102,8 +108,9 @@ class BlockSplitter:
         self.settled_count += 1
         return [block]
 
-    def _line(self, line: str, start: int, after: int) -> int | None:
-        """Where to cut `pending` because of this line, if anywhere."""
+    def _line(self, line: str, offset: int, after: int) -> int | None:
+        """Where to cut `pending` because of this line, if anywhere. `offset` is the line's distance
+        from the start of the block; `after` is where the next line starts."""
         if self._fence is not None:
             if _fence_closes(line, self._fence):
                 self._fence = None
@@ -118,8 +125,8 @@ class BlockSplitter:
             indented = line.startswith(("    ", "\t"))
             continues_list = self._in_list and (indented or bool(_LIST_ITEM.match(line)))
             # An indented line never starts a block: on its own it would render as indented code.
-            if not continues_list or (start > SETTLE_SOFT_LIMIT and not indented):
-                cut = start
+            if not continues_list or (offset > SETTLE_SOFT_LIMIT and not indented):
+                cut = after - len(line) - 1
                 self._reset()
         self._blank_before = False
         self._has_content = True

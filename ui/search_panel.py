@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from collections.abc import Sequence
 
 from PySide6.QtCore import (
@@ -115,10 +116,10 @@ class HitDelegate(QStyledItemDelegate):
             where = self.tr("Hearth")
         title = snippet_html(hit.snippet, theme.hit_bg) if hit.message_id is None else html.escape(hit.title)
         body = "" if hit.message_id is None else snippet_html(hit.snippet, theme.hit_bg)
+        label = html.escape(where) + (": " if body else "")
         document.setHtml(
             f'<div style="color:{theme.text}"><b>{title}</b></div>'
-            f'<div style="color:{theme.muted}">{html.escape(where)}: '
-            f'<span style="color:{theme.text}">{body}</span></div>'
+            f'<div style="color:{theme.muted}">{label}<span style="color:{theme.text}">{body}</span></div>'
         )
         return document
 
@@ -193,8 +194,11 @@ class SearchPanel(QWidget):
         self.query.textChanged.connect(self._on_text)
         self.query.returnPressed.connect(self._activate_first)
         self.query.installEventFilter(self)
+        # Enter on a result (activated) and a click; on platforms where one click also activates, the
+        # second signal for the same result is ignored.
         self.results.activated.connect(self._activate)
         self.results.clicked.connect(self._activate)
+        self._last_activation: tuple[int, int | None, float] | None = None
         self.retranslate()
 
     def retranslate(self) -> None:
@@ -275,8 +279,14 @@ class SearchPanel(QWidget):
 
     def _activate(self, index: QModelIndex) -> None:
         hit = index.data(HIT_ROLE)
-        if isinstance(hit, SearchHit):
-            self.hitActivated.emit(hit.conversation_id, hit.message_id)
+        if not isinstance(hit, SearchHit):
+            return
+        now = time.monotonic()
+        last = self._last_activation
+        if last is not None and last[:2] == (hit.conversation_id, hit.message_id) and now - last[2] < 0.5:
+            return
+        self._last_activation = (hit.conversation_id, hit.message_id, now)
+        self.hitActivated.emit(hit.conversation_id, hit.message_id)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if (

@@ -24,6 +24,7 @@ import bisect
 import html
 import math
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -79,6 +80,8 @@ BOTTOM_SLACK_PX = 4
 # The live tail is re-rendered as Markdown up to this size; past it, new text is appended as plain
 # text until the block settles, so per-flush work stays bounded for an endless paragraph or code block.
 TAIL_MARKDOWN_LIMIT = 3_000
+# Rendering work per event-loop turn; a burst of text, or a very long message, is rendered in slices.
+RENDER_BUDGET_S = 0.008
 # Rows keeping their rendered documents; the rest keep only their height.
 MAX_RENDERED_ROWS = 300
 # Time the idle measuring pass may take per event-loop turn.
@@ -233,6 +236,8 @@ class MessageRow:
         self._tail: Segment | None = None
         self._tail_plain = False
         self._tail_generation = -1
+        self._tail_stale = False
+        self._backlog: deque[str] = deque()
         self.height = 0
         # The width `height` is exact for; None while it is an estimate.
         self.measured_width: int | None = None
@@ -309,63 +314,96 @@ class MessageRow:
 
     # -- rendering ---------------------------------------------------------------------------------
 
-    def render(self, style: RenderStyle) -> None:
+    def render(self, style: RenderStyle, deadline: float) -> None:
+        """Create the documents: as many blocks as fit before `deadline`, the rest stay in the backlog."""
         if self.segments is not None:
             return
         text = "".join(self._parts)
+        self.geometry = None
+        self.segments = []
         if self.role == "user":
             # What the user typed is shown as typed; only model output is read as Markdown.
-            self.segments = [render_plain(text, style)] if text else []
-        elif self._splitter is not None:
+            if text:
+                self.segments.append(render_plain(text, style))
+            return
+        if self._splitter is not None:
             self._splitter = BlockSplitter()
-            self.segments = [render_markdown(block, style) for block in self._splitter.feed(text)]
+            self._backlog.extend(self._splitter.feed(text))
             self._tail = None
-            self._update_tail(style)
+            self._tail_stale = True
         else:
-            self.segments = [render_markdown(block, style) for block in split_markdown(text)]
-        self.geometry = None
+            self._backlog.extend(split_markdown(text))
+        self._drain(style, deadline)
 
-    def release(self) -> None:
-        """Drop the documents (the height stays valid for the width it was measured at)."""
-        if self.streaming:
+    @property
+    def draining(self) -> bool:
+        """Blocks settled but not rendered yet (a burst of text, or a long message shown in slices)."""
+        return bool(self._backlog) or (self._tail_stale and self._splitter is not None)
+
+    def release(self, *, restyle: bool = False) -> None:
+        """Drop the documents (the height stays valid for the width it was measured at). A streaming row
+        keeps them, unless the style changed and they must be rendered again anyway."""
+        if self.streaming and not restyle:
             return
         self.segments = None
         self.geometry = None
+        self._backlog.clear()
+        self._tail = None
 
     def append(self, text: str) -> None:
         self._pending.append(text)
 
-    def apply_pending(self, style: RenderStyle) -> bool:
-        """Move queued text into the documents: new settled blocks once each, then the tail."""
-        if not self._pending:
-            return False
-        text = "".join(self._pending)
-        self._pending.clear()
-        self._parts.append(text)
-        if self.segments is None or self._splitter is None:
-            return True
-        settled = self._splitter.feed(text)
-        self._add_settled(settled, style)
-        self._update_tail(style)
-        return True
+    def apply_pending(self, style: RenderStyle, deadline: float) -> bool:
+        """Move queued text into the documents: new settled blocks once each, then the tail.
 
-    def finish(self, style: RenderStyle, entry: TranscriptEntry) -> None:
-        self.apply_pending(style)
+        Rendering stops at `deadline`; what is left waits in the backlog for the next call.
+        """
+        changed = False
+        if self._pending:
+            text = "".join(self._pending)
+            self._pending.clear()
+            self._parts.append(text)
+            changed = True
+            if self.segments is not None and self._splitter is not None:
+                settled = self._splitter.feed(text)
+                if settled:
+                    self._backlog.extend(settled)
+                    # The old tail's text is in those blocks now; showing both would repeat it.
+                    self._tail = None
+                self._tail_stale = True
+        if self.segments is None:
+            return changed
+        return self._drain(style, deadline) or changed
+
+    def finish(self, style: RenderStyle, entry: TranscriptEntry, deadline: float) -> None:
+        self.apply_pending(style, deadline)
         if self._splitter is not None and self.segments is not None:
-            self._add_settled(self._splitter.finish(), style)
+            self._backlog.extend(self._splitter.finish())
         self._splitter = None
         self._tail = None
+        self._tail_stale = False
         self.entry = replace(entry, content=self.text)
+        if self.segments is not None:
+            self._drain(style, deadline)
         self.geometry = None
         self.measured_width = None
 
-    def _add_settled(self, blocks: list[str], style: RenderStyle) -> None:
+    def _drain(self, style: RenderStyle, deadline: float) -> bool:
         assert self.segments is not None
-        for block in blocks:
-            segment = render_markdown(block, style)
+        changed = False
+        while self._backlog:
+            segment = render_markdown(self._backlog.popleft(), style)
             if self.geometry is not None:
                 segment.layout(self._content_width(self.geometry.width))
             self.segments.append(segment)
+            changed = True
+            if time.perf_counter() >= deadline:
+                return changed
+        if self._splitter is not None and self._tail_stale:
+            self._update_tail(style)
+            self._tail_stale = False
+            changed = True
+        return changed
 
     def _update_tail(self, style: RenderStyle) -> None:
         assert self._splitter is not None
@@ -397,9 +435,9 @@ class MessageRow:
         lines = text.count("\n") + len(text) / per_line + 1
         return math.ceil(fonts.chrome + lines * fonts.line)
 
-    def layout(self, width: int, style: RenderStyle, fonts: _Fonts) -> int:
-        """Exact geometry for `width`; renders first if needed. Returns the height."""
-        self.render(style)
+    def layout(self, width: int, style: RenderStyle, fonts: _Fonts, deadline: float) -> int:
+        """Exact geometry for `width`; renders first if needed (see `render`). Returns the height."""
+        self.render(style, deadline)
         assert self.segments is not None
         content = self._content_width(width)
         role_h = QFontMetricsF(fonts.role).height()
@@ -492,18 +530,26 @@ class MessageRow:
         return placed
 
     def segments_between(self, top: float, bottom: float) -> list[tuple[float, Segment]]:
-        """The blocks intersecting [top, bottom) in row coordinates, found by bisection."""
-        placed = self.body_segments()
-        if not placed:
+        """The blocks intersecting [top, bottom) in row coordinates, found by bisection: painting a long
+        reply costs the same at its end as at its start."""
+        geometry = self.geometry
+        if geometry is None or self.segments is None:
             return []
-        tops = [y for y, _ in placed]
-        start = max(0, bisect.bisect_right(tops, top) - 1)
-        found = []
-        for y, segment in placed[start:]:
+        tops = geometry.seg_tops
+        found: list[tuple[float, Segment]] = []
+        for index in range(max(0, bisect.bisect_right(tops, top) - 1), len(tops)):
+            y = tops[index]
             if y >= bottom:
-                break
+                return found
+            segment = self.segments[index]
             if y + segment.height > top:
                 found.append((y, segment))
+        if self._tail is not None:
+            y = geometry.body_top
+            if tops:
+                y = tops[-1] + self.segments[len(tops) - 1].height + SEGMENT_GAP
+            if y < bottom and y + self._tail.height > top:
+                found.append((y, self._tail))
         return found
 
 
@@ -619,9 +665,7 @@ class Transcript(QAbstractScrollArea):
         self._style = self._make_style()
         self._fonts = self._make_fonts()
         for row in self._rows:
-            row.release()
-            if row.streaming:
-                row.segments = None
+            row.release(restyle=True)
         self._invalidate_layout()
 
     def _invalidate_layout(self) -> None:
@@ -669,7 +713,7 @@ class Transcript(QAbstractScrollArea):
         self._rows.append(row)
         self._index[entry.message_id] = len(self._rows) - 1
         if row.streaming:
-            row.render(self._style)
+            row.render(self._style, self._deadline())
         self._relayout_all()
         return row
 
@@ -710,7 +754,7 @@ class Transcript(QAbstractScrollArea):
         if row.geometry is not None:
             old = row.height
             row.relayout_growth(self._fonts)
-            self._height_changed(index, row.height - old)
+            self._height_changed(index, row.height - old, at_end=True)
         self._after_growth()
 
     def sync_entries(self, entries: Sequence[TranscriptEntry]) -> None:
@@ -756,15 +800,20 @@ class Transcript(QAbstractScrollArea):
         row.append(text)
         self._dirty.add(message_id)
         if not self._flush_timer.isActive():
-            self._flush_timer.start()
+            self._flush_timer.start(FLUSH_INTERVAL_MS)
 
     def flush(self) -> None:
+        deadline = self._deadline()
+        behind: set[int] = set()
         for message_id in self._dirty:
             index = self._index.get(message_id)
             if index is None:
                 continue
             row = self._rows[index]
-            if not row.apply_pending(self._style):
+            changed = row.apply_pending(self._style, deadline)
+            if row.draining:
+                behind.add(message_id)
+            if not changed:
                 continue
             old = row.height
             if row.geometry is not None and row.geometry.width == self._width:
@@ -772,9 +821,15 @@ class Transcript(QAbstractScrollArea):
             else:
                 row.height = row.estimate(self._width, self._fonts)
                 row.measured_width = None
-            self._height_changed(index, row.height - old)
-        self._dirty.clear()
+            self._height_changed(index, row.height - old, at_end=True)
+        self._dirty = behind
+        if behind:
+            # Out of time with text still to render: carry on at the next turn of the event loop.
+            self._flush_timer.start(0)
         self._after_growth()
+
+    def _deadline(self) -> float:
+        return time.perf_counter() + RENDER_BUDGET_S
 
     def finish(
         self,
@@ -792,9 +847,12 @@ class Transcript(QAbstractScrollArea):
         self._dirty.discard(message_id)
         old = row.height
         entry = replace(row.entry, status=status, stats=stats, error=error, context_note=context_note)
-        row.finish(self._style, entry)
-        if not self._measure(index) and row.height != old:
-            self._height_changed(index, row.height - old)
+        row.finish(self._style, entry, self._deadline())
+        if not self._measure(index, at_end=True) and row.height != old:
+            self._height_changed(index, row.height - old, at_end=True)
+        if row.draining:
+            self._dirty.add(message_id)
+            self._flush_timer.start(0)
         self._after_growth()
 
     def _after_growth(self) -> None:
@@ -824,25 +882,35 @@ class Transcript(QAbstractScrollArea):
         self._ensure_tops()
         return self._tops[index]
 
-    def _height_changed(self, index: int, delta: int) -> None:
-        """Keep what the user reads in place when a row above the viewport changes height."""
+    def _height_changed(self, index: int, delta: int, *, at_end: bool = False) -> None:
+        """Keep what the user reads in place when a row above the viewport changes height.
+
+        `at_end`: the row grew or shrank at its bottom (a streaming reply); that moves nothing the user
+        can see unless the whole row is above the viewport.
+        """
         if delta == 0:
             return
         top = self._top(index)
         self._tops_valid = False
-        if not self._stick_to_bottom and top < self.verticalScrollBar().value():
+        value = self.verticalScrollBar().value()
+        changed_above = top + self._rows[index].height - delta <= value if at_end else top < value
+        if not self._stick_to_bottom and changed_above:
             self._update_scroll_range()
-            self._scroll_to(self.verticalScrollBar().value() + delta)
+            self._scroll_to(value + delta)
 
-    def _measure(self, index: int) -> bool:
+    def _measure(self, index: int, *, at_end: bool = False) -> bool:
         """Lay out a row exactly at the current width; True if its height changed."""
         row = self._rows[index]
         if row.measured_width == self._width and row.geometry is not None:
             return False
         old = row.height
-        row.layout(self._width, self._style, self._fonts)
+        row.layout(self._width, self._style, self._fonts, self._deadline())
+        if row.draining:
+            self._dirty.add(row.message_id)
+            if not self._flush_timer.isActive():
+                self._flush_timer.start(0)
         if row.height != old:
-            self._height_changed(index, row.height - old)
+            self._height_changed(index, row.height - old, at_end=at_end)
             return True
         return False
 
@@ -913,10 +981,11 @@ class Transcript(QAbstractScrollArea):
                 self._measure(index)
             if time.perf_counter() > deadline:
                 break
-        self._release_far_rows()
         self._update_scroll_range()
         if self._stick_to_bottom:
             self._scroll_to(self.verticalScrollBar().maximum())
+        # After the scroll range caught up with the new heights: "far" is measured from what is shown.
+        self._release_far_rows()
         if self._idle_next < len(order):
             self._idle_timer.start()
 

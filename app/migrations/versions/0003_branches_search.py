@@ -116,6 +116,8 @@ def upgrade() -> None:
         # Finding children (branch switches, sibling counts) and the foreign-key check on every delete.
         batch.create_index(op.f("ix_messages_parent_id"), ["parent_id"])
         # The tree of a conversation without reading its rows (a long reply spills into overflow pages).
+        # It also serves every lookup by conversation, so the index on conversation_id alone goes.
+        batch.drop_index(op.f("ix_messages_conversation_id"))
         batch.create_index(op.f("ix_messages_conversation_id_parent_id"), ["conversation_id", "parent_id"])
     restore_counter()
 
@@ -160,6 +162,7 @@ def downgrade() -> None:
         "messages", recreate="always", table_kwargs={"sqlite_autoincrement": True}
     ) as batch:
         batch.drop_index(op.f("ix_messages_conversation_id_parent_id"))
+        batch.create_index(op.f("ix_messages_conversation_id"), ["conversation_id"])
         batch.drop_index(op.f("ix_messages_parent_id"))
         batch.drop_constraint(op.f("fk_messages_parent_id_messages"), type_="foreignkey")
         batch.drop_column("context_note")
