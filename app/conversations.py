@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
-from sqlalchemy import Row, Select, Table, delete, func, insert, select, text, update
+from sqlalchemy import Row, Table, delete, func, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from app.chat_import import HEARTH_FORMAT, HEARTH_VERSION, ImportedConversation, ParsedImport, parse_file
@@ -234,10 +234,6 @@ def _ids_json(ids: Iterable[int]) -> str:
     return json.dumps(list(ids))
 
 
-def _in_ids(ids_json: str) -> Select[tuple[Any]]:
-    return select(func.json_each(ids_json).table_valued("value").c.value)
-
-
 class _Tree:
     """The shape of one conversation (ids and parents only), read from an index without the text."""
 
@@ -338,8 +334,6 @@ class ConversationStore:
             row.title = self._clean_title(title)
             row.updated_at = _now()
             session.flush()
-            # The old title's words would otherwise stay in the search index's older segments.
-            self._compact_search_index(session, messages=False)
             return self._get(session, conversation_id)
 
     def set_conversation_model(self, conversation_id: int, model_name: str | None) -> None:
@@ -487,7 +481,10 @@ class ConversationStore:
                 replacement = before[-1] if before else (siblings[0] if siblings else None)
                 leaf = tree.latest_leaf(replacement) if replacement is not None else row.parent_id
             # One statement: the parent links inside the subtree are checked once, at its end.
-            session.execute(delete(MessageRow).where(MessageRow.id.in_(_in_ids(_ids_json(doomed)))))
+            session.execute(
+                text("DELETE FROM messages WHERE id IN (SELECT value FROM json_each(:ids))"),
+                {"ids": _ids_json(doomed)},
+            )
             conversation.current_leaf_id = leaf
             conversation.updated_at = _now()
             session.flush()
@@ -983,7 +980,7 @@ class ConversationStore:
         return int(used or 0) + 1
 
     @staticmethod
-    def _compact_search_index(session: Session, *, messages: bool = True) -> None:
+    def _compact_search_index(session: Session) -> None:
         """Rewrite the search index without the entries of deleted text.
 
         FTS5 deletes by adding tombstones; the words themselves stay in older index segments until those
@@ -992,8 +989,7 @@ class ConversationStore:
         cannot be written by older SQLite builds, which some Linux systems still ship.)
         """
         session.execute(text("INSERT INTO conversations_fts(conversations_fts) VALUES ('optimize')"))
-        if messages:
-            session.execute(text("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')"))
+        session.execute(text("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')"))
 
     def _insert_message(self, row: MessageRow, parent: ParentChoice) -> Message:
         now = _now()

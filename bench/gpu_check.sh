@@ -25,7 +25,8 @@
 # app path vs bare decode loop. Exits 1 when a bar is missed.
 #
 # Environment: HEARTH_VENV (default .venv), HEARTH_GPU_CHECK_TOKENS (default 2000),
-# HEARTH_GPU_CHECK_MODEL=tiny (a 2-layer model: checks this script on any machine; see packaging/README.md).
+# HEARTH_GPU_CHECK_MODEL=1b (default) or 3b (Llama-3.2-3B proportions, 3.3 GB), or tiny (2 layers: checks
+# this script itself on any machine; see packaging/README.md).
 # shellcheck disable=SC2012 # ls picks wheels by mtime; their names are [A-Za-z0-9._+-] only
 set -euo pipefail
 
@@ -103,8 +104,8 @@ echo "install: $("$py" -c 'import importlib.metadata as m; print("llama-cpp-pyth
 # reuses it.
 model="$work/hearth-gpu-check-$size-q8_0.gguf"
 if [ ! -s "$model" ]; then
-  "$py" -m bench.gpu.make_model "$model.part" --size "$size" --type q8_0
-  mv "$model.part" "$model"
+  "$py" -m bench.gpu.make_model "$work/partial.gguf" --size "$size" --type q8_0
+  mv "$work/partial.gguf" "$model"
 fi
 
 left=$((limit_s - (SECONDS - started)))

@@ -126,7 +126,7 @@ def test_a_download_runs_on_its_own_thread_and_a_search_meanwhile_is_not_held_up
     qtbot.waitUntil(lambda: (s := heard.last(key)) is not None and s.state == INSTALLED, timeout=WAIT_MS)
     assert {name.rsplit("_", 1)[0] for name in heard.download_threads} == {"hearth-download"}
     qtbot.waitUntil(lambda: any(m.repo_id == REPO for m in heard.models[-1]) if heard.models else False)
-    assert heard.disk and heard.disk[-1].models_bytes == starter.size
+    qtbot.waitUntil(lambda: bool(heard.disk) and heard.disk[-1].models_bytes == starter.size)
 
 
 def test_a_partial_download_is_found_after_a_restart_and_resumes_where_it_stopped(

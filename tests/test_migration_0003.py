@@ -6,13 +6,16 @@ import random
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
+import pytest
 from alembic import command
-from sqlalchemy import create_engine
+from sqlalchemy import Engine, create_engine, event
 
 import app.db as db_module
 from app.conversations import ConversationStore
 from app.db import Database
+from app.errors import DatabaseError
 
 T0 = "2025-01-01T00:00:00.000000+00:00"
 CONVERSATIONS = 40
@@ -147,3 +150,39 @@ def test_0003_downgrades_to_0002_and_back(tmp_path: Path) -> None:
     finally:
         engine.dispose()
     assert raw(path, "SELECT version_num FROM alembic_version") == [("0003",)]
+
+
+def test_a_disk_that_fills_up_during_0003_leaves_the_database_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, backups = tmp_path / "hearth.sqlite3", tmp_path / "backups"
+    chains = database_at_0002(path)
+    before = raw(path, "SELECT id, conversation_id, content FROM messages ORDER BY id")
+    create_engine_for_migration = db_module._create_engine
+
+    def full_disk(*args: Any, **kwargs: Any) -> Engine:
+        engine = create_engine_for_migration(*args, **kwargs)
+
+        def cap(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+            # Room for a few more pages only: rebuilding the messages table needs far more.
+            pages = dbapi_connection.execute("PRAGMA page_count").fetchone()[0]
+            dbapi_connection.execute(f"PRAGMA max_page_count={pages + 8}")
+
+        event.listen(engine, "connect", cap)
+        return engine
+
+    monkeypatch.setattr(db_module, "_create_engine", full_disk)
+    with pytest.raises(DatabaseError, match="disk is full") as caught:
+        Database.open(path, backups)
+    [backup] = list(backups.iterdir())
+    assert str(backup) in str(caught.value)
+    assert raw(path, "SELECT version_num FROM alembic_version") == [("0002",)]
+    assert raw(path, "SELECT id, conversation_id, content FROM messages ORDER BY id") == before
+    assert raw(path, "PRAGMA integrity_check") == [("ok",)]
+
+    monkeypatch.undo()
+    database = Database.open(path, backups)
+    try:
+        assert [m.id for m in ConversationStore(database).list_messages(1)] == chains[1]
+    finally:
+        database.dispose()

@@ -7,7 +7,7 @@ service owns the transfers.
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
 
 from app.library_service import (
     CANCELLED,
@@ -18,15 +18,10 @@ from app.library_service import (
     QUEUED,
     DownloadState,
 )
+from ui.library_widgets import format_bytes, plain_label, push_button
 
 # The progress bar counts in KiB: QProgressBar takes an int, and a model can be larger than 2 GiB.
 _KIB = 1024
-
-
-def format_bytes(n: int) -> str:
-    if n >= 1 << 30:
-        return f"{n / (1 << 30):.2f} GiB"
-    return f"{n / (1 << 20):.1f} MiB"
 
 
 def _eta(seconds: float) -> str:
@@ -48,15 +43,10 @@ class DownloadRow(QWidget):
         self.title.setTextFormat(Qt.TextFormat.PlainText)
         self.bar = QProgressBar()
         self.bar.setTextVisible(True)
-        self.detail = QLabel()
-        # Messages quote file names and server answers: never rich text.
-        self.detail.setTextFormat(Qt.TextFormat.PlainText)
-        self.detail.setWordWrap(True)
+        self.detail = plain_label("downloadDetail")
         self.detail.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.pauseButton = QPushButton()
-        self.pauseButton.setObjectName("pauseDownload")
-        self.cancelButton = QPushButton()
-        self.cancelButton.setObjectName("cancelDownload")
+        self.pauseButton = push_button("pauseDownload")
+        self.cancelButton = push_button("cancelDownload")
         top = QHBoxLayout()
         top.addWidget(self.title, 1)
         top.addWidget(self.pauseButton)

@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QProgressBar,
-    QPushButton,
     QScrollArea,
     QSpinBox,
     QSplitter,
@@ -31,7 +30,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.hub import RepoSummary
+from app.errors import HearthError
+from app.hub import RepoSummary, check_repo_id
 from app.library import STARTER_SOURCE, InstalledModel
 from app.library_service import DownloadState
 from app.model_ops import DiskUsage, FileFit, RepoAssessment
@@ -40,7 +40,8 @@ from app.token import TokenStatus
 from inference.estimator import FitEstimate
 from inference.hardware import HardwareReport
 from ui.dialogs import ConfirmAction, confirm_action
-from ui.library_downloads import DownloadList, format_bytes
+from ui.library_downloads import DownloadList
+from ui.library_widgets import format_bytes, plain_label, push_button
 from ui.settings_dialog import SettingsDialog
 from ui.theme import resolve_theme
 
@@ -51,14 +52,6 @@ NO_OVERRIDE = -1
 MAX_OVERRIDE_MIB = 16 * 1024 * 1024
 DATA_ROLE = Qt.ItemDataRole.UserRole
 RECOMMENDED_ROLE = Qt.ItemDataRole.UserRole + 1
-
-
-def _plain_label(object_name: str) -> QLabel:
-    label = QLabel()
-    label.setObjectName(object_name)
-    label.setTextFormat(Qt.TextFormat.PlainText)
-    label.setWordWrap(True)
-    return label
 
 
 def _tooltip(text: str) -> str:
@@ -91,6 +84,14 @@ def _row_data(table: QTableWidget, row: int) -> object:
     """What the row's first cell holds for the panel (a repo id, a fit's index, a model name)."""
     item = table.item(row, 0)
     return item.data(DATA_ROLE) if item is not None else None
+
+
+def _is_repo_id(text: str) -> bool:
+    try:
+        check_repo_id(text)
+    except HearthError:
+        return False
+    return True
 
 
 def _count(n: int | None) -> str:
@@ -128,16 +129,14 @@ class LibraryPanel(QWidget):
     def _build(self) -> None:
         self.searchBox = QLineEdit()
         self.searchBox.setObjectName("librarySearch")
-        self.searchButton = QPushButton()
-        self.searchButton.setObjectName("librarySearchButton")
-        self.hubSettingsButton = QPushButton()
-        self.hubSettingsButton.setObjectName("hubSettingsButton")
+        self.searchButton = push_button("librarySearchButton")
+        self.hubSettingsButton = push_button("hubSettingsButton")
         search_row = QHBoxLayout()
         search_row.addWidget(self.searchBox, 1)
         search_row.addWidget(self.searchButton)
         search_row.addWidget(self.hubSettingsButton)
         self.resultsTable = _table("resultsTable", 5)
-        self.searchStatus = _plain_label("searchStatus")
+        self.searchStatus = plain_label("searchStatus")
         search = QWidget()
         search_layout = QVBoxLayout(search)
         search_layout.setContentsMargins(0, 0, 0, 0)
@@ -157,11 +156,10 @@ class LibraryPanel(QWidget):
         plan_row.addWidget(self.ramLabel)
         plan_row.addWidget(self.ramSpin)
         plan_row.addStretch(1)
-        self.repoLabel = _plain_label("repoLabel")
-        self.repoMessage = _plain_label("repoMessage")
+        self.repoLabel = plain_label("repoLabel")
+        self.repoMessage = plain_label("repoMessage")
         self.quantTable = _table("quantTable", 6)
-        self.downloadButton = QPushButton()
-        self.downloadButton.setObjectName("downloadButton")
+        self.downloadButton = push_button("downloadButton")
         self.downloadButton.setEnabled(False)
         download_row = QHBoxLayout()
         download_row.addStretch(1)
@@ -181,13 +179,10 @@ class LibraryPanel(QWidget):
         repo_layout.addWidget(scroll)
 
         self.installedTable = _table("installedTable", 4)
-        self.loadButton = QPushButton()
-        self.loadButton.setObjectName("loadModel")
-        self.verifyButton = QPushButton()
-        self.verifyButton.setObjectName("verifyModel")
-        self.deleteButton = QPushButton()
-        self.deleteButton.setObjectName("deleteModel")
-        self.diskLabel = _plain_label("diskLabel")
+        self.loadButton = push_button("loadModel")
+        self.verifyButton = push_button("verifyModel")
+        self.deleteButton = push_button("deleteModel")
+        self.diskLabel = plain_label("diskLabel")
         actions = QHBoxLayout()
         actions.addWidget(self.diskLabel, 1)
         actions.addWidget(self.loadButton)
@@ -205,8 +200,8 @@ class LibraryPanel(QWidget):
         self.busyBar.setRange(0, 0)
         self.busyBar.setMaximumWidth(160)
         self.busyBar.hide()
-        self.statusLabel = _plain_label("libraryStatus")
-        self.memoryLabel = _plain_label("memoryLabel")
+        self.statusLabel = plain_label("libraryStatus")
+        self.memoryLabel = plain_label("memoryLabel")
         status_row = QHBoxLayout()
         status_row.addWidget(self.busyBar)
         status_row.addWidget(self.statusLabel, 1)
@@ -317,8 +312,13 @@ class LibraryPanel(QWidget):
     # -- search and repos -----------------------------------------------------------------------
 
     def search(self) -> None:
+        query = self.searchBox.text().strip()
         self.searchStatus.setText(self.tr("Searching {endpoint}…").format(endpoint=self._endpoint()))
-        self._library.search(self.searchBox.text().strip())
+        self._library.search(query)
+        if "/" in query and _is_repo_id(query):
+            # A pasted repo id opens that repo at once, whatever the search finds (or leaves out).
+            self._opened_repo = query
+            self._open_repo()
 
     def _endpoint(self) -> str:
         return self._services.settings.hf_endpoint or self.tr("the Hub")

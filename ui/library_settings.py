@@ -8,14 +8,13 @@ shows it again.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QPushButton,
     QVBoxLayout,
     QWidget,
 )
@@ -24,15 +23,7 @@ from app.errors import HearthError
 from app.hub import resolve_endpoint
 from app.services import AppServices
 from app.token import TokenStatus
-
-
-def _plain_label(object_name: str) -> QLabel:
-    label = QLabel()
-    label.setObjectName(object_name)
-    # Keyring and validation messages quote backend errors and user input.
-    label.setTextFormat(Qt.TextFormat.PlainText)
-    label.setWordWrap(True)
-    return label
+from ui.library_widgets import plain_label, push_button
 
 
 class HubSettingsPage(QWidget):
@@ -50,11 +41,9 @@ class HubSettingsPage(QWidget):
         self.tokenEdit.setObjectName("tokenEdit")
         self.tokenEdit.setEchoMode(QLineEdit.EchoMode.Password)
         self.tokenLabel.setBuddy(self.tokenEdit)
-        self.saveTokenButton = QPushButton()
-        self.saveTokenButton.setObjectName("saveToken")
-        self.clearTokenButton = QPushButton()
-        self.clearTokenButton.setObjectName("clearToken")
-        self.tokenStatus = _plain_label("tokenStatus")
+        self.saveTokenButton = push_button("saveToken")
+        self.clearTokenButton = push_button("clearToken")
+        self.tokenStatus = plain_label("tokenStatus")
         token_row = QHBoxLayout()
         token_row.addWidget(self.tokenEdit, 1)
         token_row.addWidget(self.saveTokenButton)
@@ -69,9 +58,8 @@ class HubSettingsPage(QWidget):
         self.endpointEdit.setObjectName("endpointEdit")
         self.endpointEdit.setText(services.settings.hf_endpoint or "")
         self.endpointLabel.setBuddy(self.endpointEdit)
-        self.applyEndpointButton = QPushButton()
-        self.applyEndpointButton.setObjectName("applyEndpoint")
-        self.endpointStatus = _plain_label("endpointStatus")
+        self.applyEndpointButton = push_button("applyEndpoint")
+        self.endpointStatus = plain_label("endpointStatus")
         endpoint_row = QHBoxLayout()
         endpoint_row.addWidget(self.endpointEdit, 1)
         endpoint_row.addWidget(self.applyEndpointButton)

@@ -18,6 +18,9 @@ class SettingsDialog(QDialog):
         self.tabs.addTab(self.hubPage, "")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
+        close = buttons.button(QDialogButtonBox.StandardButton.Close)
+        # Enter in the token field saves the token; it must not close the dialog before the answer shows.
+        close.setAutoDefault(False)
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs)
         layout.addWidget(buttons)

@@ -302,7 +302,7 @@ class MessageRow:
         return names
 
     def rendered_text(self) -> str:
-        """What the row shows, as plain text (rendered on demand)."""
+        """What the row shows now, as plain text (nothing until it has been rendered)."""
         segments = self.segments or []
         pieces = [segment.plain_text() for segment in segments]
         if self._tail is not None:

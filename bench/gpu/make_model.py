@@ -51,6 +51,8 @@ class Shape:
 # the 49k vocabulary, 1.24 GB in Q8_0.
 SIZES = {
     "1b": Shape(n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, n_ff=8192),
+    # Llama-3.2-3B's: 3.1 B parameters with this vocabulary, 3.3 GB in Q8_0.
+    "3b": Shape(n_embd=3072, n_layer=28, n_head=24, n_head_kv=8, n_ff=8192),
     "tiny": Shape(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, n_ctx_train=2048),
 }
 

@@ -35,6 +35,53 @@
     </message>
 </context>
 <context>
+    <name>DownloadRow</name>
+    <message>
+        <source>Pause</source>
+        <translation>暂停</translation>
+    </message>
+    <message>
+        <source>Resume</source>
+        <translation>继续</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>{done} of {total}</source>
+        <translation>{done} / {total}</translation>
+    </message>
+    <message>
+        <source>Waiting for another download to finish…</source>
+        <translation>正在等待另一个下载完成…</translation>
+    </message>
+    <message>
+        <source>Starting…</source>
+        <translation>正在开始…</translation>
+    </message>
+    <message>
+        <source> · part {part} of {parts}</source>
+        <translation> · 第 {part}/{parts} 部分</translation>
+    </message>
+    <message>
+        <source>{amount} · {speed} · {eta} left{part}</source>
+        <translation>{amount} · {speed} · 剩余 {eta}{part}</translation>
+    </message>
+    <message>
+        <source>Paused at {amount}; resume it now or after a restart.</source>
+        <translation>已暂停于 {amount}；可以现在继续，也可以重启后继续。</translation>
+    </message>
+    <message>
+        <source>Verified (SHA-256) and installed as {name}.</source>
+        <translation>已校验（SHA-256）并安装为 {name}。</translation>
+    </message>
+    <message>
+        <source>Cancelled; the partial file was deleted.</source>
+        <translation>已取消；未完成的文件已删除。</translation>
+    </message>
+</context>
+<context>
     <name>HitDelegate</name>
     <message>
         <source>Title</source>
@@ -47,6 +94,339 @@
     <message>
         <source>Hearth</source>
         <translation>Hearth</translation>
+    </message>
+</context>
+<context>
+    <name>HubSettingsPage</name>
+    <message>
+        <source>Hugging Face token</source>
+        <translation>Hugging Face 令牌</translation>
+    </message>
+    <message>
+        <source>&amp;Token</source>
+        <translation>令牌(&amp;T)</translation>
+    </message>
+    <message>
+        <source>hf_… (for gated and private models)</source>
+        <translation>hf_…（用于需授权和私有的模型）</translation>
+    </message>
+    <message>
+        <source>Save</source>
+        <translation>保存</translation>
+    </message>
+    <message>
+        <source>Remove</source>
+        <translation>移除</translation>
+    </message>
+    <message>
+        <source>Hub endpoint</source>
+        <translation>Hub 地址</translation>
+    </message>
+    <message>
+        <source>&amp;Address</source>
+        <translation>地址(&amp;A)</translation>
+    </message>
+    <message>
+        <source>A Hugging Face mirror or internal server; empty: $HF_ENDPOINT, else huggingface.co</source>
+        <translation>Hugging Face 镜像或内部服务器；留空则使用 $HF_ENDPOINT，否则使用 huggingface.co</translation>
+    </message>
+    <message>
+        <source>Apply</source>
+        <translation>应用</translation>
+    </message>
+    <message>
+        <source>Searches and downloads use {endpoint}.</source>
+        <translation>搜索和下载使用 {endpoint}。</translation>
+    </message>
+    <message>
+        <source>Asking the system keyring…</source>
+        <translation>正在访问系统密钥环…</translation>
+    </message>
+    <message>
+        <source>A token is saved in the system keyring ({backend}).</source>
+        <translation>令牌已保存在系统密钥环中（{backend}）。</translation>
+    </message>
+    <message>
+        <source>Session only: the token is used until Hearth closes, not saved. {reason}</source>
+        <translation>仅限本次会话：令牌在 Hearth 关闭前有效，不会保存。{reason}</translation>
+    </message>
+    <message>
+        <source>No token. The system keyring cannot be used: {reason}</source>
+        <translation>没有令牌。无法使用系统密钥环：{reason}</translation>
+    </message>
+    <message>
+        <source>No token set.</source>
+        <translation>未设置令牌。</translation>
+    </message>
+</context>
+<context>
+    <name>LibraryDialog</name>
+    <message>
+        <source>Models</source>
+        <translation>模型</translation>
+    </message>
+</context>
+<context>
+    <name>LibraryPanel</name>
+    <message>
+        <source>Search the Hub for GGUF models (e.g. qwen, llama, gemma)</source>
+        <translation>在 Hub 上搜索 GGUF 模型（例如 qwen、llama、gemma）</translation>
+    </message>
+    <message>
+        <source>Search</source>
+        <translation>搜索</translation>
+    </message>
+    <message>
+        <source>Token &amp;&amp; Hub…</source>
+        <translation>令牌与 Hub…</translation>
+    </message>
+    <message>
+        <source>Repository</source>
+        <translation>仓库</translation>
+    </message>
+    <message>
+        <source>Downloads</source>
+        <translation>下载量</translation>
+    </message>
+    <message>
+        <source>Likes</source>
+        <translation>点赞</translation>
+    </message>
+    <message>
+        <source>Licence</source>
+        <translation>许可证</translation>
+    </message>
+    <message>
+        <source>Gated</source>
+        <translation>需授权</translation>
+    </message>
+    <message>
+        <source>Plan for &amp;VRAM</source>
+        <translation>按显存规划(&amp;V)</translation>
+    </message>
+    <message>
+        <source>&amp;RAM</source>
+        <translation>内存(&amp;R)</translation>
+    </message>
+    <message>
+        <source>this machine</source>
+        <translation>本机</translation>
+    </message>
+    <message>
+        <source>What-if: plan for another machine with this much free memory</source>
+        <translation>假设：按另一台拥有这么多可用内存的机器来规划</translation>
+    </message>
+    <message>
+        <source>Quantization</source>
+        <translation>量化</translation>
+    </message>
+    <message>
+        <source>Size</source>
+        <translation>大小</translation>
+    </message>
+    <message>
+        <source>Fit</source>
+        <translation>适配</translation>
+    </message>
+    <message>
+        <source>Context</source>
+        <translation>上下文</translation>
+    </message>
+    <message>
+        <source>Memory</source>
+        <translation>内存</translation>
+    </message>
+    <message>
+        <source>File</source>
+        <translation>文件</translation>
+    </message>
+    <message>
+        <source>Download</source>
+        <translation>下载</translation>
+    </message>
+    <message>
+        <source>Installed model</source>
+        <translation>已安装的模型</translation>
+    </message>
+    <message>
+        <source>Source</source>
+        <translation>来源</translation>
+    </message>
+    <message>
+        <source>Load</source>
+        <translation>加载</translation>
+    </message>
+    <message>
+        <source>Switch the chat to this model; the conversation stays open</source>
+        <translation>将对话切换到此模型；当前对话保持打开</translation>
+    </message>
+    <message>
+        <source>Verify</source>
+        <translation>校验</translation>
+    </message>
+    <message>
+        <source>Delete</source>
+        <translation>删除</translation>
+    </message>
+    <message>
+        <source>Searching {endpoint}…</source>
+        <translation>正在搜索 {endpoint}…</translation>
+    </message>
+    <message>
+        <source>the Hub</source>
+        <translation>Hub</translation>
+    </message>
+    <message>
+        <source>gated</source>
+        <translation>需授权</translation>
+    </message>
+    <message>
+        <source>{n} repositories with GGUF files match “{query}”.</source>
+        <translation>有 {n} 个包含 GGUF 文件的仓库与“{query}”匹配。</translation>
+    </message>
+    <message>
+        <source>Nothing matches “{query}”.</source>
+        <translation>没有与“{query}”匹配的结果。</translation>
+    </message>
+    <message>
+        <source>Reading the GGUF headers of {repo}…</source>
+        <translation>正在读取 {repo} 的 GGUF 文件头…</translation>
+    </message>
+    <message>
+        <source>licence not stated</source>
+        <translation>未注明许可证</translation>
+    </message>
+    <message>
+        <source>, gated</source>
+        <translation>，需授权</translation>
+    </message>
+    <message>
+        <source>{repo} at {commit} ({licence}{gated}). Planning for {hardware}, {context} tokens.</source>
+        <translation>{repo}，提交 {commit}（{licence}{gated}）。按 {hardware}、{context} 个词元的上下文规划。</translation>
+    </message>
+    <message>
+        <source>{gpu} with {free} MiB free</source>
+        <translation>{gpu}（可用 {free} MiB）</translation>
+    </message>
+    <message>
+        <source>no GPU ({reason})</source>
+        <translation>无 GPU（{reason}）</translation>
+    </message>
+    <message>
+        <source>{gpu} and {ram} MiB of RAM available</source>
+        <translation>{gpu}，以及 {ram} MiB 可用内存</translation>
+    </message>
+    <message>
+        <source>This repository has no GGUF models.</source>
+        <translation>此仓库中没有 GGUF 模型。</translation>
+    </message>
+    <message>
+        <source>Recommended: {reason}</source>
+        <translation>推荐：{reason}</translation>
+    </message>
+    <message>
+        <source>Warning: {text}</source>
+        <translation>警告：{text}</translation>
+    </message>
+    <message>
+        <source>Skipped {name}: {why}</source>
+        <translation>已跳过 {name}：{why}</translation>
+    </message>
+    <message>
+        <source>{expected} (max {most})</source>
+        <translation>{expected}（最多 {most}）</translation>
+    </message>
+    <message>
+        <source>Header unreadable</source>
+        <translation>无法读取文件头</translation>
+    </message>
+    <message>
+        <source>★ {verdict} · recommended</source>
+        <translation>★ {verdict} · 推荐</translation>
+    </message>
+    <message>
+        <source>Fits on the GPU</source>
+        <translation>可完全放入 GPU</translation>
+    </message>
+    <message>
+        <source>Partial: {k}/{n} layers on the GPU, ~{speed} speed</source>
+        <translation>部分：{k}/{n} 层在 GPU 上，速度约为 {speed}</translation>
+    </message>
+    <message>
+        <source>CPU only</source>
+        <translation>仅 CPU</translation>
+    </message>
+    <message>
+        <source>Too large</source>
+        <translation>太大</translation>
+    </message>
+    <message>
+        <source>GPU {gpu} + RAM {ram}</source>
+        <translation>GPU {gpu} + 内存 {ram}</translation>
+    </message>
+    <message>
+        <source>RAM {ram}</source>
+        <translation>内存 {ram}</translation>
+    </message>
+    <message>
+        <source>built in</source>
+        <translation>内置</translation>
+    </message>
+    <message>
+        <source>, {partial} in unfinished downloads</source>
+        <translation>，另有 {partial} 在未完成的下载中</translation>
+    </message>
+    <message>
+        <source>Models use {used}{partial}; {free} free on this disk.</source>
+        <translation>模型占用 {used}{partial}；此磁盘可用 {free}。</translation>
+    </message>
+    <message>
+        <source>Verifying {name} (re-hashing every byte)…</source>
+        <translation>正在校验 {name}（重新计算每个字节的哈希）…</translation>
+    </message>
+    <message>
+        <source>Delete {name}? This frees {size}.</source>
+        <translation>要删除 {name} 吗？这将释放 {size}。</translation>
+    </message>
+    <message>
+        <source>Delete model</source>
+        <translation>删除模型</translation>
+    </message>
+    <message>
+        <source>Deleting {name}…</source>
+        <translation>正在删除 {name}…</translation>
+    </message>
+    <message>
+        <source>{name}: OK, every byte matches the SHA-256 recorded at install.</source>
+        <translation>{name}：正常，每个字节都与安装时记录的 SHA-256 一致。</translation>
+    </message>
+    <message>
+        <source>{name} is damaged or missing: its files no longer match the SHA-256 recorded at install. Delete it and download it again.</source>
+        <translation>{name} 已损坏或缺失：其文件与安装时记录的 SHA-256 不再一致。请删除后重新下载。</translation>
+    </message>
+    <message>
+        <source>Deleted {name}; freed {size}.</source>
+        <translation>已删除 {name}；释放了 {size}。</translation>
+    </message>
+    <message>
+        <source>Removed {name} from the library; its file was outside the models folder.</source>
+        <translation>已从模型库中移除 {name}；它的文件位于模型文件夹之外。</translation>
+    </message>
+    <message>
+        <source>Loading {name}…</source>
+        <translation>正在加载 {name}…</translation>
+    </message>
+    <message>
+        <source>{name} is loaded.</source>
+        <translation>{name} 已加载。</translation>
+    </message>
+    <message>
+        <source>{name} could not be loaded: {detail}</source>
+        <translation>无法加载 {name}：{detail}</translation>
+    </message>
+    <message>
+        <source>{name}: memory {report}</source>
+        <translation>{name}：内存 {report}</translation>
     </message>
 </context>
 <context>
@@ -154,6 +534,10 @@
     <message>
         <source>Chat &amp;settings</source>
         <translation>对话设置(&amp;S)</translation>
+    </message>
+    <message>
+        <source>&amp;Models…</source>
+        <translation>模型(&amp;M)…</translation>
     </message>
     <message>
         <source>&amp;Theme</source>
@@ -430,6 +814,17 @@
         <translation>
             <numerusform>%n 条结果</numerusform>
         </translation>
+    </message>
+</context>
+<context>
+    <name>SettingsDialog</name>
+    <message>
+        <source>Hearth settings</source>
+        <translation>Hearth 设置</translation>
+    </message>
+    <message>
+        <source>Models &amp;&amp; Hub</source>
+        <translation>模型与 Hub</translation>
     </message>
 </context>
 <context>
