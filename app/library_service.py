@@ -139,6 +139,8 @@ class LibraryService(QObject):
         self._repo_generation = 0
         # Why the last load of each model failed; written and read on the inference thread only.
         self._load_failures: dict[str, str] = {}
+        # (model name, predicted vs actual memory) of the latest load, for a panel opened after it.
+        self.last_load_report: tuple[str, str] | None = None
         self._closed = False
         self._listed.connect(self._publish_models, Qt.ConnectionType.QueuedConnection)
         # Direct: the handler runs on the inference thread that loaded the model, the only thread that
@@ -342,6 +344,7 @@ class LibraryService(QObject):
             if loaded is not None:
                 report = describe_prediction(loaded.predicted_bytes, loaded.memory_bytes)
                 log.info("loaded %s: %s", status.model_name, report)
+                self.last_load_report = (status.model_name, report)
                 self.loadReport.emit(status.model_name, report)
 
     def _publish_models(self, models: list[InstalledModel]) -> None:

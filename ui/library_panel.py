@@ -43,7 +43,7 @@ from ui.dialogs import ConfirmAction, confirm_action
 from ui.library_downloads import DownloadList
 from ui.library_widgets import format_bytes, plain_label, push_button
 from ui.settings_dialog import SettingsDialog
-from ui.theme import resolve_theme
+from ui.theme import Theme, resolve_theme
 
 # Re-assessing waits until the user stops typing in the what-if fields.
 REASSESS_DELAY_MS = 400
@@ -111,17 +111,19 @@ class LibraryPanel(QWidget):
         self._services = services
         self._library = services.library_service
         self._confirm = confirm
-        self._theme = resolve_theme(services.settings.theme)
         self._assessment: RepoAssessment | None = None
         self._opened_repo: str | None = None
         self._models: list[InstalledModel] = []
-        self._busy_with: str | None = None
+        # Verifying, deleting or loading a model: one at a time from here.
+        self._busy = False
         self._settings: SettingsDialog | None = None
         self._build()
         self._connect()
         self.retranslate()
         for state in self._library.downloads():
             self.downloads.show_state(state)
+        if self._library.last_load_report is not None:
+            self._on_load_report(*self._library.last_load_report)
         self._library.refresh()
 
     # -- construction ---------------------------------------------------------------------------
@@ -434,9 +436,10 @@ class LibraryPanel(QWidget):
         table = self.quantTable
         row = table.rowCount()
         table.insertRow(row)
+        theme = self._theme()
         estimate = fit.estimate
         size = format_bytes(fit.model.size) if fit.model.size is not None else "?"
-        badge, colour = self._badge(fit)
+        badge, colour = self._badge(fit, theme)
         expected = fit.expected_context
         context = (
             self.tr("{expected} (max {most})").format(
@@ -462,20 +465,20 @@ class LibraryPanel(QWidget):
             font = QFont(table.font())
             font.setBold(True)
             for item in items:
-                item.setBackground(QBrush(QColor(self._theme.hit_bg)))
+                item.setBackground(QBrush(QColor(theme.hit_bg)))
                 item.setFont(font)
         for column, item in enumerate(items):
             table.setItem(row, column, item)
 
-    def _badge(self, fit: FileFit) -> tuple[str, str | None]:
+    def _badge(self, fit: FileFit, theme: Theme) -> tuple[str, str | None]:
         """The fit badge's text and colour (None: the table's own)."""
         estimate = fit.estimate
         if estimate is None:
-            return self.tr("Header unreadable"), self._theme.error
+            return self.tr("Header unreadable"), theme.error
         text = self._verdict(estimate)
         if fit.recommended:
             text = self.tr("★ {verdict} · recommended").format(verdict=text)
-        colour = {"partial": self._theme.warning, "too_large": self._theme.error}.get(estimate.verdict)
+        colour = {"partial": theme.warning, "too_large": theme.error}.get(estimate.verdict)
         return text, colour
 
     def _verdict(self, estimate: FitEstimate) -> str:
@@ -495,6 +498,10 @@ class LibraryPanel(QWidget):
         if estimate.gpu_bytes:
             return self.tr("GPU {gpu} + RAM {ram}").format(gpu=format_bytes(estimate.gpu_bytes), ram=ram)
         return self.tr("RAM {ram}").format(ram=ram)
+
+    def _theme(self) -> Theme:
+        # The user's choice now: the window may have switched themes since the panel opened.
+        return resolve_theme(self._services.settings.theme)
 
     def _selected_fit(self) -> FileFit | None:
         items = self.quantTable.selectedItems()
@@ -570,7 +577,7 @@ class LibraryPanel(QWidget):
         name = self._selected_model()
         if name is None:
             return
-        self._set_busy(self.tr("Verifying {name} (re-hashing every byte)…").format(name=name), name)
+        self._set_busy(self.tr("Verifying {name} (re-hashing every byte)…").format(name=name))
         self._library.verify(name)
 
     def delete_selected(self) -> None:
@@ -583,7 +590,7 @@ class LibraryPanel(QWidget):
         )
         if not self._confirm(self, self.tr("Delete model"), question, self.tr("Delete")):
             return
-        self._set_busy(self.tr("Deleting {name}…").format(name=model.name), model.name)
+        self._set_busy(self.tr("Deleting {name}…").format(name=model.name))
         self._library.remove(model.name)
 
     def _on_verified(self, name: str, intact: bool) -> None:
@@ -608,7 +615,7 @@ class LibraryPanel(QWidget):
         )
 
     def _on_switch_started(self, name: str) -> None:
-        self._set_busy(self.tr("Loading {name}…").format(name=name), name)
+        self._set_busy(self.tr("Loading {name}…").format(name=name))
 
     def _on_switch_finished(self, name: str, loaded: bool, detail: str) -> None:
         self._set_busy(None)
@@ -638,8 +645,9 @@ class LibraryPanel(QWidget):
         if self._opened_repo is not None and self._assessment is not None and self._assessment.access_error:
             self._open_repo()
 
-    def _set_busy(self, message: str | None, name: str | None = None) -> None:
-        self._busy_with = name
+    def _set_busy(self, message: str | None) -> None:
+        """Show `message` with the busy bar, or (None) end the busy state."""
+        self._busy = message is not None
         self.busyBar.setVisible(message is not None)
         if message is not None:
             self.statusLabel.setText(message)
@@ -649,7 +657,7 @@ class LibraryPanel(QWidget):
         self.downloadButton.setEnabled(self._selected_fit() is not None)
         selected = self._selected_model()
         model = next((m for m in self._models if m.name == selected), None)
-        idle = self._busy_with is None
+        idle = not self._busy
         self.loadButton.setEnabled(model is not None and idle)
         self.verifyButton.setEnabled(model is not None and idle)
         self.deleteButton.setEnabled(model is not None and idle and model.source != STARTER_SOURCE)
