@@ -2,9 +2,9 @@
 
 llama.cpp logs every buffer it allocates ("CPU_Mapped model buffer size = 92.10 MiB", "CUDA0 KV buffer
 size = …", "CPU compute buffer size = …"), and llama-cpp-python 0.3.36 has no API that returns them (the
-C++ `llama_get_memory_breakdown` is not exported to C). With `verbose=False` llama-cpp-python's log callback
-drops those lines, so `LlamaLog` installs its own callback around the load, keeps the text, and restores
-the previous callback afterwards. Warnings and errors go on to stderr (the runner log).
+C++ `llama_get_memory_breakdown` is not exported to C), so `LlamaLog` installs its own callback around the
+load, keeps the text, and restores the previous callback afterwards. Warnings and errors go on to stderr
+(the runner log).
 """
 
 from __future__ import annotations

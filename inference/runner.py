@@ -159,7 +159,9 @@ class Runner:
                     type_v=kv_type,
                     swa_full=plan.swa_full,
                     logits_all=False,
-                    verbose=False,
+                    # verbose=False would point fd 2 at /dev/null for the whole load, losing the message of a
+                    # native abort; fd 2 is the runner log, where that message belongs.
+                    verbose=True,
                 )
         except Exception as exc:
             message = str(exc) or type(exc).__name__
