@@ -33,7 +33,8 @@ class HubSettingsPage(QWidget):
         self._services = services
         self._library = services.library_service
         self._token_status: TokenStatus | None = None
-        self._waiting = True
+        # Keyring requests sent and not answered yet; what the keyring said shows once none is left.
+        self._pending = 0
 
         self.tokenBox = QGroupBox()
         self.tokenLabel = QLabel()
@@ -80,6 +81,7 @@ class HubSettingsPage(QWidget):
         self._library.tokenChanged.connect(self._on_token)
         self._library.failed.connect(self._on_failed)
         self.retranslate()
+        self._asked()
         self._library.token_status()
 
     def retranslate(self) -> None:
@@ -107,11 +109,11 @@ class HubSettingsPage(QWidget):
             return
         # The widget lets go of the token at once; only the service's worker holds it from here.
         self.tokenEdit.clear()
-        self._set_waiting(True)
+        self._asked()
         self._library.set_token(text)
 
     def clear_token(self) -> None:
-        self._set_waiting(True)
+        self._asked()
         self._library.clear_token()
 
     def apply_endpoint(self) -> None:
@@ -126,24 +128,24 @@ class HubSettingsPage(QWidget):
             self.tr("Searches and downloads use {endpoint}.").format(endpoint=endpoint)
         )
 
-    def _set_waiting(self, waiting: bool) -> None:
-        self._waiting = waiting
-        self.saveTokenButton.setEnabled(not waiting)
-        self.clearTokenButton.setEnabled(not waiting)
+    def _asked(self) -> None:
+        # The buttons stay enabled: the keyring worker takes requests in order, and the last one wins.
+        self._pending += 1
         self._show_token()
 
     def _on_token(self, status: TokenStatus) -> None:
+        self._pending = max(0, self._pending - 1)
         self._token_status = status
-        self._set_waiting(False)
+        self._show_token()
 
     def _on_failed(self, operation: str, message: str) -> None:
         if operation == "token":
-            self._set_waiting(False)
+            self._pending = max(0, self._pending - 1)
             self.tokenStatus.setText(message)
 
     def _show_token(self) -> None:
         status = self._token_status
-        if self._waiting:
+        if self._pending:
             self.tokenStatus.setText(self.tr("Asking the system keyring…"))
         elif status is None:
             self.tokenStatus.setText("")
