@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from app.paths import HearthPaths
 from app.services import AppServices
 from app.settings import Settings, save_settings
 from app.token import TokenStatus
+from tests.gguf_factory import TensorSpec, gguf_bytes
 from tests.hubserver import HubServer, ServedFile, serve_hub, starter_file
 
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"
@@ -216,3 +218,50 @@ def test_the_token_reaches_the_hub_and_without_a_keyring_lives_for_the_session_o
     library.set_token("not a token")
     qtbot.waitUntil(lambda: heard.failures[-1][0] == "token", timeout=WAIT_MS)
     assert "does not look like" in heard.failures[-1][1]
+
+
+def split_model() -> list[ServedFile]:
+    """A small model split in three; part 2 is the largest, so a pause lands in it."""
+    parts = [
+        gguf_bytes(
+            {"general.architecture": "llama", "llama.block_count": 3, "split.no": i, "split.count": 3},
+            [TensorSpec(f"blk.{i}.attn_q.weight", (256, rows), 0, data=os.urandom(1024))],
+        )
+        for i, rows in enumerate((128, 2048, 256))
+    ]
+    return [ServedFile.from_bytes(f"tiny-Q8_0-0000{i + 1}-of-00003.gguf", p) for i, p in enumerate(parts)]
+
+
+def test_a_split_model_paused_in_its_second_part_resumes_after_a_restart(
+    qtbot: QtBot, hub: HubServer, paths: HearthPaths, started: Started
+) -> None:
+    files = split_model()
+    hub.add_repo(REPO, files)
+    hub.faults.rate_bps = 500_000
+    services, heard = started.open(paths)
+    assessment = listing_and_model(services, heard, qtbot)
+    [fit] = assessment.fits
+    assert len(fit.model.parts) == 3
+    key = services.library_service.download(assessment.listing, fit.model)
+    qtbot.waitUntil(
+        lambda: (s := heard.last(key)) is not None and s.done > files[0].size + 300_000, timeout=WAIT_MS
+    )
+    services.library_service.pause(key)
+    qtbot.waitUntil(lambda: (s := heard.last(key)) is not None and s.state == PAUSED, timeout=WAIT_MS)
+    started.close(services)
+
+    hub.faults.rate_bps = None
+    services, heard = started.open(paths)
+    services.library_service.refresh()
+    # What is left on disk is part 2's partial file: the download is known by it until it resumes.
+    part_key = f"{REPO}/{files[1].filename}"
+    qtbot.waitUntil(lambda: (s := heard.last(part_key)) is not None and s.state == PAUSED, timeout=WAIT_MS)
+    services.library_service.resume(part_key)
+    qtbot.waitUntil(lambda: (s := heard.last(part_key)) is not None and s.state == INSTALLED, timeout=WAIT_MS)
+    state = heard.last(part_key)
+    assert state is not None and state.installed is not None
+    assert state.installed.name == "tiny-Q8_0" and len(state.installed.parts) == 3
+    assert services.library.verify("tiny-Q8_0")
+    # Part 1 was finished before the pause and is not fetched again.
+    fetched = [r.path.rsplit("/", 1)[1] for r in hub.requests_to("/resolve/") if not r.headers.get("range")]
+    assert fetched.count(files[0].filename) == 1
