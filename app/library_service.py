@@ -59,7 +59,7 @@ INSTALLED: Final = "installed"
 class DownloadState:
     """One download as the GUI shows it; a new value on every change."""
 
-    key: str  # "repo/file": Hearth downloads one file of a repo once at a time
+    key: str  # "repo/file": one job at a time downloads a given file of a repo
     repo_id: str
     filename: str
     state: str  # QUEUED, DOWNLOADING, PAUSED, FAILED, CANCELLED or INSTALLED
@@ -75,7 +75,7 @@ class DownloadState:
 
     @property
     def resumable(self) -> bool:
-        """Paused, or stopped by a failure that kept the partial file (a lost connection, a full disk)."""
+        """Paused, or stopped by a failure: resuming retries, from the partial file if one was kept."""
         return self.state in (PAUSED, FAILED)
 
 

@@ -214,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--long", type=int, default=5_000, help="messages in the one long conversation")
     parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--keep", type=Path, metavar="DIR", help="build (or reuse) the database here")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="build (or reuse) the database here; each run deletes 3 chats",
+    )
     args = parser.parse_args(argv)
 
     folder = args.keep or Path(tempfile.mkdtemp(prefix="hearth-p5-"))

@@ -375,7 +375,7 @@ def test_a_gated_repo_whose_licence_was_not_accepted_says_so(
     click(panel.downloadButton)
     row = panel.downloads.rows[f"{GATED}/{starter_file().filename}"]
     qtbot.waitUntil(lambda: row.state.state == "failed", timeout=WAIT_MS)
-    assert licence in row.detail.text()
+    assert licence in row.detail.text() and row.pauseButton.text() == "Retry"
     assert {r.authorization for r in hub.requests_to("/resolve/")} == {f"Bearer {TOKEN}"}
 
 

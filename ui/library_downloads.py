@@ -68,7 +68,13 @@ class DownloadRow(QWidget):
         self.bar.setValue(min(state.done // _KIB, total_kib))
         self.detail.setText(self._describe(state))
         self.pauseButton.setVisible(state.running or state.resumable)
-        self.pauseButton.setText(self.tr("Pause") if state.running else self.tr("Resume"))
+        self.pauseButton.setText(
+            self.tr("Pause")
+            if state.running
+            else self.tr("Retry")
+            if state.state == FAILED
+            else self.tr("Resume")
+        )
         self.cancelButton.setVisible(state.running or state.resumable)
         self.cancelButton.setText(self.tr("Cancel"))
 

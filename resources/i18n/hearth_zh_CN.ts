@@ -41,6 +41,10 @@
         <translation>暂停</translation>
     </message>
     <message>
+        <source>Retry</source>
+        <translation>重试</translation>
+    </message>
+    <message>
         <source>Resume</source>
         <translation>继续</translation>
     </message>
