@@ -137,7 +137,7 @@ class LibraryService(QObject):
         self._downloads: dict[str, _Download] = {}
         self._search_generation = 0
         self._repo_generation = 0
-        # Why the last load of each model failed; written and read on the inference thread only.
+        # Why the last load of each model failed: written on the inference thread, cleared by a new switch.
         self._load_failures: dict[str, str] = {}
         # (model name, predicted vs actual memory) of the latest load, for a panel opened after it.
         self.last_load_report: tuple[str, str] | None = None
@@ -317,6 +317,7 @@ class LibraryService(QObject):
     def switch_model(self, name: str) -> None:
         """Load `name` in the runner (the one already running is replaced), without touching chats."""
         self.switchStarted.emit(name)
+        self._load_failures.pop(name, None)
         self._chat.preload(name).add_done_callback(lambda future: self._switched(name, future))
         # The window's model picker follows the default model, which whoever switched has just set.
         self.refresh()
@@ -325,14 +326,14 @@ class LibraryService(QObject):
         # Runs on the inference thread right after the load, or wherever the future was cancelled.
         if future.cancelled():
             return
-        status = self._chat.engine.status()
+        # Not the status's model name: a model with the same bytes as the loaded one is not loaded again.
+        failure = self._load_failures.get(name)
         loaded = self._chat.engine.loaded
-        if status.state == "ready" and status.model_name == name and loaded is not None:
-            self.switchFinished.emit(
-                name, True, describe_prediction(loaded.predicted_bytes, loaded.memory_bytes)
-            )
+        if failure is None and loaded is not None:
+            report = describe_prediction(loaded.predicted_bytes, loaded.memory_bytes)
+            self.switchFinished.emit(name, True, report)
         else:
-            self.switchFinished.emit(name, False, self._load_failures.get(name, status.detail))
+            self.switchFinished.emit(name, False, failure or self._chat.engine.status().detail)
 
     def _on_model_status(self, status: ModelStatus) -> None:
         if status.model_name is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import signal
@@ -65,7 +66,7 @@ class RunnerClient:
         self._log_path = log_path
         self._prompt_timeout_s = prompt_timeout_s
         self._ctx = multiprocessing.get_context("spawn")
-        self._cancel = self._ctx.Event()
+        self._cancel = self._ctx.RawValue(ctypes.c_bool, False)
         self._process: BaseProcess | None = None
         self._conn: Connection | None = None
         self._loaded: Loaded | None = None
@@ -219,11 +220,11 @@ class RunnerClient:
             return reply
 
     def cancel(self) -> None:
-        self._cancel.set()
+        self._cancel.value = True
 
     def reset_cancel(self) -> None:
         """Called when a new turn begins; a Stop after this point, even before generation starts, counts."""
-        self._cancel.clear()
+        self._cancel.value = False
 
     def kill(self) -> None:
         """Hard-kill the runner (tests, and the user's 'unload' of a wedged model)."""

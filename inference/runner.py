@@ -14,9 +14,8 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from multiprocessing.synchronize import Event
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inference.chat_template import RenderedPrompt, render_chat
 from inference.estimator import KV_CACHE_TYPES
@@ -119,8 +118,18 @@ def _classify_load_error(message: str) -> ErrorKind:
     return ErrorKind.MODEL_INVALID
 
 
+class CancelFlag(Protocol):
+    """A shared boolean: `multiprocessing.sharedctypes.RawValue(ctypes.c_bool)` across processes.
+
+    A lock-free byte in shared memory, read between tokens: `multiprocessing.Event.is_set()` would take a
+    cross-process lock (two system calls) on every token.
+    """
+
+    value: bool
+
+
 class Runner:
-    def __init__(self, send: Callable[[object], None], cancel: Event) -> None:
+    def __init__(self, send: Callable[[object], None], cancel: CancelFlag) -> None:
         self._send = send
         self._cancel = cancel
         self._model: _Model | None = None
@@ -283,7 +292,7 @@ class Runner:
             if hit_stop:
                 reason = StopReason.STOP_STRING
                 break
-            if self._cancel.is_set():
+            if self._cancel.value:
                 reason = StopReason.CANCELLED
                 break
             if produced >= budget:
@@ -360,7 +369,7 @@ def _redirect_native_stderr(log_path: str | None) -> None:
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
 
 
-def runner_main(conn: Connection, cancel: Event, log_path: str | None) -> None:
+def runner_main(conn: Connection, cancel: CancelFlag, log_path: str | None) -> None:
     _redirect_native_stderr(log_path)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s runner %(message)s")
     runner = Runner(conn.send, cancel)

@@ -265,3 +265,13 @@ def test_a_split_model_paused_in_its_second_part_resumes_after_a_restart(
     # Part 1 was finished before the pause and is not fetched again.
     fetched = [r.path.rsplit("/", 1)[1] for r in hub.requests_to("/resolve/") if not r.headers.get("range")]
     assert fetched.count(files[0].filename) == 1
+
+
+def test_a_switch_that_cannot_load_says_why(qtbot: QtBot, paths: HearthPaths, started: Started) -> None:
+    services, _ = started.open(paths)
+    library = services.library_service
+    with qtbot.waitSignal(library.switchFinished, timeout=WAIT_MS) as finished:
+        library.switch_model("no-such-model")
+    name, loaded, detail = finished.args
+    assert (name, loaded) == ("no-such-model", False)
+    assert detail.startswith("No installed model is named 'no-such-model'")

@@ -3,6 +3,7 @@ llama.cpp really allocated next to what the plan predicted."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import multiprocessing
 from pathlib import Path
@@ -129,7 +130,7 @@ def test_runner_reports_measured_memory_next_to_the_prediction(starter_model: Pa
         gpu_offload_supported=False,
     )
     replies: list[object] = []
-    runner = Runner(replies.append, multiprocessing.Event())
+    runner = Runner(replies.append, multiprocessing.RawValue(ctypes.c_bool, False))
     runner.load(LoadRequest(load_plan))
     del runner
     gc.collect()
