@@ -14,7 +14,15 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from app.conversations import EXPORT_FORMATS, HIT_END, HIT_START, Conversation, Message, SearchHit
+from app.conversations import (
+    EXPORT_FORMATS,
+    HIT_END,
+    HIT_START,
+    Conversation,
+    Message,
+    SearchHit,
+    message_record,
+)
 from app.core import Core
 from app.engine import ChatEngine, TurnCallbacks
 from app.errors import HearthError
@@ -541,28 +549,7 @@ def _mib(n: int) -> str:
 
 
 def _message_json(m: Message) -> dict[str, Any]:
-    return {
-        "id": m.id,
-        "parent_id": m.parent_id,
-        "sibling_index": m.sibling_index,
-        "sibling_count": m.sibling_count,
-        "role": m.role,
-        "content": m.content,
-        "status": m.status,
-        "error": m.error,
-        "model_name": m.model_name,
-        "model_sha256": m.model_sha256,
-        "prompt_tokens": m.prompt_tokens,
-        "completion_tokens": m.completion_tokens,
-        "ttft_ms": m.ttft_ms,
-        "tokens_per_second": m.tokens_per_second,
-        "sampling": m.sampling,
-        "seed": m.seed,
-        "template": m.template,
-        "quantization": m.quantization,
-        "context_note": m.context_note,
-        "created_at": m.created_at,
-    }
+    return {**message_record(m), "sibling_index": m.sibling_index, "sibling_count": m.sibling_count}
 
 
 def _conversation_json(c: Conversation) -> dict[str, Any]:

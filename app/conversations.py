@@ -282,6 +282,31 @@ class _Tree:
         return stored if stored is not None and stored in self.parent else self.latest_leaf(None)
 
 
+def message_record(m: Message) -> dict[str, Any]:
+    """A message as JSON: the shape of exports and of `hearth conversations show --json`."""
+    return {
+        "id": m.id,
+        "parent_id": m.parent_id,
+        "role": m.role,
+        "content": m.content,
+        "status": m.status,
+        "error": m.error,
+        "model_name": m.model_name,
+        "model_sha256": m.model_sha256,
+        "prompt_tokens": m.prompt_tokens,
+        "completion_tokens": m.completion_tokens,
+        "ttft_ms": m.ttft_ms,
+        "tokens_per_second": m.tokens_per_second,
+        "sampling": m.sampling,
+        "seed": m.seed,
+        "template": m.template,
+        "quantization": m.quantization,
+        "context_note": m.context_note,
+        "created_at": m.created_at.isoformat(),
+        "updated_at": m.updated_at.isoformat(),
+    }
+
+
 class ConversationStore:
     """Every method runs in its own short transaction and may be called from any thread."""
 
@@ -727,30 +752,7 @@ class ConversationStore:
                     conversation.current_leaf_id
                 ),
             },
-            "messages": [
-                {
-                    "id": m.id,
-                    "parent_id": m.parent_id,
-                    "role": m.role,
-                    "content": m.content,
-                    "status": m.status,
-                    "error": m.error,
-                    "model_name": m.model_name,
-                    "model_sha256": m.model_sha256,
-                    "prompt_tokens": m.prompt_tokens,
-                    "completion_tokens": m.completion_tokens,
-                    "ttft_ms": m.ttft_ms,
-                    "tokens_per_second": m.tokens_per_second,
-                    "sampling": m.sampling,
-                    "seed": m.seed,
-                    "template": m.template,
-                    "quantization": m.quantization,
-                    "context_note": m.context_note,
-                    "created_at": m.created_at.isoformat(),
-                    "updated_at": m.updated_at.isoformat(),
-                }
-                for m in messages
-            ],
+            "messages": [message_record(m) for m in messages],
         }
 
     def export_markdown(self, conversation_id: int) -> str:
