@@ -37,6 +37,7 @@ import filelock
 import httpx2
 
 from app.errors import HearthError, InvalidModelFile
+from app.fsutil import fsync_directory
 from app.hub import (
     HubClient,
     HubError,
@@ -149,17 +150,6 @@ def _write_chunk(target: BinaryIO, data: bytes | bytearray) -> None:
 
 def _free_bytes(directory: Path) -> int:
     return shutil.disk_usage(directory).free
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable. Windows cannot open a directory for fsync, and NTFS journals it.
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def repo_dir(models_dir: Path, repo_id: str) -> Path:
@@ -562,7 +552,7 @@ class _Transfer:
             )
         # Atomic: the model file never exists half-written.
         self._partial.replace(self._target)
-        _fsync_directory(self._target.parent)
+        fsync_directory(self._target.parent)
         log.info("downloaded %s at %s (sha256 %s)", self._what, self._listing.commit, actual)
 
     def _hash_existing(self, file: BinaryIO) -> None:

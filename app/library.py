@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.db import Database
 from app.errors import HearthError, InvalidModelFile, ModelNotFound
+from app.fsutil import fsync_directory
 from app.models_orm import ModelRow
 from inference.gguf import GGUFError, GGUFHeader, read_header
 
@@ -175,17 +176,6 @@ def _valid_header(path: Path) -> GGUFHeader:
         raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
 
 
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable. Windows cannot open a directory for fsync, and NTFS journals it.
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _copy_and_hash(source: Path, target: Path, progress: Progress | None) -> tuple[str, int]:
     """Copy through `<target>.part`, hashing in the same pass; the target appears only when complete."""
     part = target.with_name(target.name + ".part")
@@ -204,7 +194,7 @@ def _copy_and_hash(source: Path, target: Path, progress: Progress | None) -> tup
             os.fsync(dst.fileno())
         # Atomic, so the target never exists half-written.
         part.replace(target)
-        _fsync_directory(target.parent)
+        fsync_directory(target.parent)
     except BaseException as exc:
         part.unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from app.errors import HearthError
+from app.fsutil import fsync_directory
 
 log = logging.getLogger("hearth.settings")
 
@@ -255,15 +256,4 @@ def write_text_atomically(path: Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_directory(path.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable on POSIX; Windows cannot open a directory to fsync it.
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_directory(path.parent)
