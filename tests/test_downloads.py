@@ -304,6 +304,8 @@ def test_pause_keeps_the_partial_and_the_next_call_resumes(
 
 
 def test_cancel_deletes_the_partial(hub: HubServer, library: ModelLibrary, starter: ServedFile) -> None:
+    # Throttled so the transfer outlasts the progress interval; over loopback it would finish in one report.
+    hub.faults.rate_bps = 40_000_000
     control = DownloadControl()
 
     def cancel_midway(progress: DownloadProgress) -> None:

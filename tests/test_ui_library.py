@@ -450,7 +450,9 @@ def test_switching_to_a_downloaded_model_loads_it_keeps_the_chat_and_reports_mem
 
     panel = open_library(qtbot, session)
     # The model loaded at start-up already has its memory report.
-    assert panel.memoryLabel.text().startswith("SmolLM2-135M-Instruct-Q4_1: memory predicted ")
+    qtbot.waitUntil(
+        lambda: panel.memoryLabel.text().startswith("SmolLM2-135M-Instruct-Q4_1: memory predicted ")
+    )
     open_repo(qtbot, panel, REPO, rows=1)
     click(panel.downloadButton)
     row = download_row(qtbot, panel, q8.filename)
