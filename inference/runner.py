@@ -11,8 +11,8 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,6 +33,7 @@ from inference.protocol import (
     LoadPlan,
     LoadRequest,
     PromptReady,
+    SamplingParams,
     StopReason,
     TokenCount,
     TokenDelta,
@@ -44,10 +45,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("hearth.runner")
 
 # Deltas are sent up the pipe at most this often: one message per token would cost more in pickling and
-# Qt signal dispatch than the decode itself on a fast GPU, and 25 ms is below what a reader notices.
-FLUSH_INTERVAL_S = 0.025
+# Qt signal dispatch than the decode itself on a fast GPU. 33 ms (30 updates a second) is below what a reader
+# notices, and each wake-up of the GUI process takes CPU time from the decode threads on a small machine.
+FLUSH_INTERVAL_S = 0.033
 
 SHUTDOWN = "shutdown"
+# How many recent tokens the repetition penalty looks at (llama-cpp-python's default, kept for parity).
+PENALTY_LAST_N = 64
 
 
 class StopWindow:
@@ -91,6 +95,8 @@ class _Model:
     eos_text: str
     add_bos: bool
     vocab: Any
+    # The tokens whose keys and values the context's KV cache holds (sequence 0), in order.
+    cached: list[int] = field(default_factory=list)
 
 
 def _disable_llama_cpp_template_compilation() -> None:
@@ -232,9 +238,8 @@ class Runner:
                 )
             )
             return
-        cached = _common_prefix(llm, tokens)
         stops = request.extra_stop + rendered.stop_strings
-        self._stream(model, request, tokens, cached, stops)
+        self._stream(model, request, tokens, stops)
 
     def count_tokens(self, request: CountTokensRequest) -> None:
         model = self._model
@@ -249,14 +254,17 @@ class Runner:
         model: _Model,
         request: GenerateRequest,
         tokens: list[int],
-        cached: int,
         stops: tuple[str, ...],
     ) -> None:
+        """The decode loop, on llama.cpp's low-level API: per token one sample, one decode, one piece.
+
+        `Llama.generate()` would do the same work plus Python bookkeeping per token (batch filling, numpy
+        copies, a KV removal call); on a fast model that bookkeeping is a measurable share of each token.
+        """
         import llama_cpp
 
         llm, sampling = model.llm, request.sampling
         seed = sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
-        llm.set_seed(seed)
         vocab = model.vocab
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         window = StopWindow(stops)
@@ -269,41 +277,46 @@ class Runner:
         last_flush = started
         produced = 0
         reason = StopReason.MAX_TOKENS if budget == sampling.max_tokens else StopReason.CONTEXT_FULL
-        generator: Generator[int, Any, None] = llm.generate(
-            tokens,
-            top_k=sampling.top_k,
-            top_p=sampling.top_p,
-            min_p=sampling.min_p,
-            temp=sampling.temperature,
-            repeat_penalty=sampling.repeat_penalty,
-        )
-        for token in generator:
-            if first_token_at is None:
-                first_token_at = time.perf_counter()
-            if not sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(vocab, token):
-                reason = StopReason.END_OF_TURN
-                break
-            produced += 1
-            n = llama_cpp.llama_token_to_piece(vocab, token, piece_buffer, len(piece_buffer), 0, False)
-            text, hit_stop = window.push(decoder.decode(piece_buffer.raw[:n]))
-            if text:
-                pending.append(text)
-            pending_tokens += 1
-            if hit_stop:
-                reason = StopReason.STOP_STRING
-                break
-            if self._cancel.value:
-                reason = StopReason.CANCELLED
-                break
-            if produced >= budget:
-                break
-            now = time.perf_counter()
-            if now - last_flush >= FLUSH_INTERVAL_S:
-                self._send(TokenDelta(request.request_id, "".join(pending), pending_tokens))
-                pending.clear()
-                pending_tokens = 0
-                last_flush = now
-        generator.close()
+        cached = _reuse_prefix(model, tokens)
+        _decode(model, tokens[cached:])
+        ctx = llm.ctx
+        sampler = _sampler_chain(sampling, seed, llm.n_vocab())
+        one = (llama_cpp.llama_token * 1)()
+        try:
+            while True:
+                token = llama_cpp.llama_sampler_sample(sampler, ctx, -1)
+                if first_token_at is None:
+                    first_token_at = time.perf_counter()
+                if not sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(vocab, token):
+                    reason = StopReason.END_OF_TURN
+                    break
+                produced += 1
+                n = llama_cpp.llama_token_to_piece(vocab, token, piece_buffer, len(piece_buffer), 0, False)
+                text, hit_stop = window.push(decoder.decode(piece_buffer.raw[:n]))
+                if text:
+                    pending.append(text)
+                pending_tokens += 1
+                if hit_stop:
+                    reason = StopReason.STOP_STRING
+                    break
+                if self._cancel.value:
+                    reason = StopReason.CANCELLED
+                    break
+                if produced >= budget:
+                    break
+                now = time.perf_counter()
+                if now - last_flush >= FLUSH_INTERVAL_S:
+                    self._send(TokenDelta(request.request_id, "".join(pending), pending_tokens))
+                    pending.clear()
+                    pending_tokens = 0
+                    last_flush = now
+                one[0] = token
+                if llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(one, 1)) != 0:
+                    reason = StopReason.CONTEXT_FULL
+                    break
+                model.cached.append(token)
+        finally:
+            llama_cpp.llama_sampler_free(sampler)
         if reason is not StopReason.STOP_STRING:
             pending.append(window.flush() + decoder.decode(b"", final=True))
         if pending or pending_tokens:
@@ -330,6 +343,64 @@ class Runner:
         )
 
 
+def _reuse_prefix(model: _Model, tokens: list[int]) -> int:
+    """Keep the KV cache for the longest prefix this prompt shares with what it holds; drop the rest.
+
+    At least one prompt token is always decoded again: sampling needs the logits of the prompt's last token.
+    """
+    import llama_cpp
+
+    keep = 0
+    for held, wanted in zip(model.cached, tokens, strict=False):
+        if held != wanted:
+            break
+        keep += 1
+    keep = min(keep, len(tokens) - 1)
+    memory = llama_cpp.llama_get_memory(model.llm.ctx)
+    if keep < len(model.cached) and not llama_cpp.llama_memory_seq_rm(memory, 0, keep, -1):
+        # This cache cannot drop a tail (recurrent models): start over.
+        llama_cpp.llama_memory_clear(memory, True)
+        keep = 0
+    del model.cached[keep:]
+    return keep
+
+
+def _decode(model: _Model, tokens: list[int]) -> None:
+    """Prompt processing in batches of n_batch; positions continue from what the cache holds."""
+    import llama_cpp
+
+    step = model.plan.n_batch
+    for start in range(0, len(tokens), step):
+        chunk = tokens[start : start + step]
+        array = (llama_cpp.llama_token * len(chunk))(*chunk)
+        status = llama_cpp.llama_decode(model.llm.ctx, llama_cpp.llama_batch_get_one(array, len(chunk)))
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status} while reading the prompt")
+        model.cached.extend(chunk)
+
+
+def _sampler_chain(sampling: SamplingParams, seed: int, n_vocab: int) -> Any:
+    """The same chain `Llama.generate()` builds: repetition penalty, then greedy at temperature 0, else
+    top-k, top-p, min-p, temperature and a seeded draw."""
+    import llama_cpp
+
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+
+    def add(sampler: Any) -> None:
+        llama_cpp.llama_sampler_chain_add(chain, sampler)
+
+    add(llama_cpp.llama_sampler_init_penalties(n_vocab, PENALTY_LAST_N, sampling.repeat_penalty, 0.0, 0.0))
+    if sampling.temperature <= 0.0:
+        add(llama_cpp.llama_sampler_init_greedy())
+        return chain
+    add(llama_cpp.llama_sampler_init_top_k(sampling.top_k))
+    add(llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
+    add(llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1))
+    add(llama_cpp.llama_sampler_init_temp(sampling.temperature))
+    add(llama_cpp.llama_sampler_init_dist(seed))
+    return chain
+
+
 def _prompt_tokens(model: _Model, messages: tuple[ChatMessage, ...]) -> tuple[RenderedPrompt, list[int]]:
     """The prompt exactly as generation would see it: counting and generating must agree to the token."""
     rendered = render_chat(model.template, messages, bos_token=model.bos_text, eos_token=model.eos_text)
@@ -344,16 +415,6 @@ def ctypes_buffer() -> Any:
 
     # 256 bytes: the longest single-token piece in real vocabularies is far shorter.
     return ctypes.create_string_buffer(256)
-
-
-def _common_prefix(llm: Llama, tokens: list[int]) -> int:
-    """How many prompt tokens the KV cache already holds; `Llama.generate` reuses exactly these."""
-    cached = 0
-    for held, wanted in zip(llm._input_ids.tolist(), tokens, strict=False):
-        if held != wanted:
-            break
-        cached += 1
-    return min(cached, len(tokens) - 1) if cached else 0
 
 
 def _redirect_native_stderr(log_path: str | None) -> None:
