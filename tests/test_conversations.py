@@ -9,7 +9,6 @@ import sys
 import textwrap
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import UTC
 from pathlib import Path
 
@@ -22,18 +21,6 @@ from app.errors import ConversationNotFound, HearthError
 
 SAMPLING = {"temperature": 0.7, "top_p": 0.95, "max_tokens": 256, "seed": None}
 SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = Database.open(tmp_path / "home" / "hearth.sqlite3", tmp_path / "home" / "backups")
-    yield database
-    database.dispose()
-
-
-@pytest.fixture
-def store(db: Database) -> ConversationStore:
-    return ConversationStore(db)
 
 
 def test_create_get_and_list_with_counts_most_recent_first(store: ConversationStore) -> None:

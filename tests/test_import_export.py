@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,23 +13,10 @@ import pytest
 
 from app.chat_import import AUDIO_PLACEHOLDER, IMAGE_PLACEHOLDER
 from app.conversations import ConversationStore, Message
-from app.db import Database
 from app.errors import HearthError
 
 SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 CHATGPT_SAMPLE = Path(__file__).parent / "data" / "chatgpt_conversations.json"
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = Database.open(tmp_path / "home" / "hearth.sqlite3", tmp_path / "home" / "backups")
-    yield database
-    database.dispose()
-
-
-@pytest.fixture
-def store(db: Database) -> ConversationStore:
-    return ConversationStore(db)
 
 
 def branched_conversation(store: ConversationStore) -> int:

@@ -6,7 +6,6 @@ import errno
 import hashlib
 import importlib.util
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -27,13 +26,6 @@ from app.library import (
 from tests.gguf_factory import TensorSpec, header_bytes, write_gguf
 
 F32 = 0
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = Database.open(tmp_path / "home" / "hearth.sqlite3", tmp_path / "home" / "backups")
-    yield database
-    database.dispose()
 
 
 @pytest.fixture

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Iterator
 from contextlib import closing
-from pathlib import Path
 
 import pytest
 
@@ -15,18 +13,6 @@ from app.conversations import HIT_END, HIT_START, ConversationStore, match_expre
 from app.db import Database
 
 SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = Database.open(tmp_path / "home" / "hearth.sqlite3", tmp_path / "home" / "backups")
-    yield database
-    database.dispose()
-
-
-@pytest.fixture
-def store(db: Database) -> ConversationStore:
-    return ConversationStore(db)
 
 
 def marked(text: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,12 +17,6 @@ from ui.main_window import MainWindow
 pytestmark = [pytest.mark.gui, pytest.mark.model]
 
 REPLY_TIMEOUT_MS = 180_000
-
-
-@pytest.fixture
-def gui(qtbot: QtBot) -> Iterator[GuiSessions]:
-    with GuiSessions(qtbot) as sessions:
-        yield sessions
 
 
 @pytest.fixture

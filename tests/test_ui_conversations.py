@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,12 +26,6 @@ from ui.main_window import PINNED_ROLE
 from ui.search_panel import snippet_html
 
 pytestmark = pytest.mark.gui
-
-
-@pytest.fixture
-def gui(qtbot: QtBot) -> Iterator[GuiSessions]:
-    with GuiSessions(qtbot) as sessions:
-        yield sessions
 
 
 @pytest.fixture

@@ -47,12 +47,6 @@ MAX_EVENT_LOOP_GAP_S = 0.5
 
 
 @pytest.fixture
-def gui(qtbot: QtBot) -> Iterator[GuiSessions]:
-    with GuiSessions(qtbot) as sessions:
-        yield sessions
-
-
-@pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch, hermetic_home: Path) -> Iterator[HubServer]:
     with serve_hub(monkeypatch, hermetic_home) as server:
         yield server

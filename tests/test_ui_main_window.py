@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,12 +35,6 @@ REPLY_TIMEOUT_MS = 180_000
 # The longest the GUI thread may go without running a 10 ms timer while a reply streams.
 MAX_EVENT_LOOP_GAP_S = 0.5
 LONG_PROMPT = "Write a long story about a lighthouse keeper and a storm. Use at least 600 words."
-
-
-@pytest.fixture
-def gui(qtbot: QtBot) -> Iterator[GuiSessions]:
-    with GuiSessions(qtbot) as sessions:
-        yield sessions
 
 
 @pytest.fixture

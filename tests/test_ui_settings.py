@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,12 +29,6 @@ from ui.theme import DARK, LIGHT
 pytestmark = pytest.mark.gui
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def gui(qtbot: QtBot) -> Iterator[GuiSessions]:
-    with GuiSessions(qtbot) as sessions:
-        yield sessions
 
 
 @pytest.fixture
