@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from app.db import Database
 if TYPE_CHECKING:
     from pytestqt.qtbot import QtBot
 
+    from tests.hubserver import HubServer
     from tests.ui_fixtures import GuiSessions
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -113,3 +115,22 @@ def gui(qtbot: QtBot) -> Iterator[GuiSessions]:
 
     with GuiSessions(qtbot) as sessions:
         yield sessions
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, hermetic_home: Path) -> Iterator[HubServer]:
+    """A real Hub API server on 127.0.0.1, with Hearth's endpoint pointed at it."""
+    from tests.hubserver import serve_hub
+
+    with serve_hub(monkeypatch, hermetic_home) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def variants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """Requantized copies of the starter model, derived once per test session."""
+    from tests.hubserver import quantized_variants
+
+    directory = tmp_path_factory.mktemp("quants")
+    yield quantized_variants(directory)
+    shutil.rmtree(directory, ignore_errors=True)

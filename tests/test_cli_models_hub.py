@@ -5,12 +5,10 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import keyring
@@ -21,24 +19,11 @@ from keyring.errors import NoKeyringError
 from app.cli import main
 from app.downloads import local_path
 from app.library import STARTER_NAME
-from tests.hubserver import HubServer, ServedFile, quantized_variants, serve_hub, starter_file
+from tests.hubserver import HubServer, ServedFile, starter_file
 
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"
 TOKEN = "hf_CliTokenCliTokenCliToken0123456"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch, hermetic_home: Path) -> Iterator[HubServer]:
-    with serve_hub(monkeypatch, hermetic_home) as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
-def variants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    directory = tmp_path_factory.mktemp("quants")
-    yield quantized_variants(directory)
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from app.errors import HearthError
 from app.hub import HubAuthError, HubClient, HubGatedError, HubRateLimited, RepoListing
 from app.library import ModelLibrary
 from tests.gguf_factory import TensorSpec, gguf_bytes
-from tests.hubserver import HubServer, ServedFile, serve_hub, starter_file
+from tests.hubserver import HubServer, ServedFile, starter_file
 from tests.model_files import with_chat_template
 
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"
@@ -51,12 +51,6 @@ FAST = RetryPolicy(
 )
 GIVE_UP_AT_ONCE = RetryPolicy(stall_timeout_s=0.5, base_delay_s=0.01, max_failures_without_progress=0)
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch, hermetic_home: Path) -> Iterator[HubServer]:
-    with serve_hub(monkeypatch, hermetic_home) as server:
-        yield server
 
 
 @pytest.fixture

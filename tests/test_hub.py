@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import huggingface_hub
@@ -27,15 +26,9 @@ from app.hub import (
 )
 from inference.gguf import GGUFError, parse_header, read_header
 from tests.gguf_factory import BytesSource, TensorSpec, gguf_bytes
-from tests.hubserver import HubServer, ServedFile, serve_hub, starter_file
+from tests.hubserver import HubServer, ServedFile, starter_file
 
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch, hermetic_home: Path) -> Iterator[HubServer]:
-    with serve_hub(monkeypatch, hermetic_home) as server:
-        yield server
 
 
 @pytest.mark.parametrize(

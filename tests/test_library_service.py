@@ -24,7 +24,7 @@ from app.services import AppServices
 from app.settings import Settings, save_settings
 from app.token import TokenStatus
 from tests.gguf_factory import TensorSpec, gguf_bytes
-from tests.hubserver import HubServer, ServedFile, serve_hub, starter_file
+from tests.hubserver import HubServer, ServedFile, starter_file
 
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"
 TOKEN = "hf_ServiceTokenServiceToken01234567"
@@ -50,12 +50,6 @@ class Heard:
     def record_thread(self, state: DownloadState) -> None:
         if state.progress is not None:
             self.download_threads.add(threading.current_thread().name)
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch, hermetic_home: Path) -> Iterator[HubServer]:
-    with serve_hub(monkeypatch, hermetic_home) as server:
-        yield server
 
 
 @pytest.fixture

@@ -4,9 +4,7 @@ serving real GGUF bytes (the starter model and quantizations derived from it).""
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +14,7 @@ import keyring
 import pytest
 from keyring.backend import KeyringBackend
 from keyring.backends import fail
-from PySide6.QtCore import QPoint, Qt, QTimer
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QLineEdit, QSpinBox, QTableWidget, QTableWidgetItem
@@ -27,8 +25,8 @@ from app.downloads import local_path
 from app.logging_setup import configure_logging
 from app.paths import HearthPaths
 from app.settings import Settings, load_settings, save_settings
-from tests.hubserver import HubServer, ServedFile, quantized_variants, serve_hub, starter_file
-from tests.ui_fixtures import GuiSession, GuiSessions, click, click_conversation, seed_conversation
+from tests.hubserver import HubServer, ServedFile, starter_file
+from tests.ui_fixtures import GuiSession, GuiSessions, Ticker, click, click_conversation, seed_conversation
 from ui.library_downloads import DownloadRow
 from ui.library_panel import RECOMMENDED_ROLE, LibraryDialog, LibraryPanel
 from ui.library_settings import HubSettingsPage
@@ -44,19 +42,6 @@ WAIT_MS = 30_000
 LOAD_MS = 120_000
 # The longest the GUI thread may go without running a 10 ms timer while the keyring hangs.
 MAX_EVENT_LOOP_GAP_S = 0.5
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch, hermetic_home: Path) -> Iterator[HubServer]:
-    with serve_hub(monkeypatch, hermetic_home) as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
-def variants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    directory = tmp_path_factory.mktemp("library-quants")
-    yield quantized_variants(directory)
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture
@@ -153,24 +138,6 @@ def open_settings(qtbot: QtBot, panel: LibraryPanel) -> HubSettingsPage:
     assert dialog is not None
     qtbot.waitExposed(dialog)
     return dialog.hubPage
-
-
-class Ticker:
-    """A 10 ms timer on the GUI thread; gaps between its ticks are time the event loop was blocked."""
-
-    def __init__(self) -> None:
-        self.ticks: list[float] = []
-        self._timer = QTimer()
-        self._timer.setInterval(10)
-        self._timer.timeout.connect(lambda: self.ticks.append(time.monotonic()))
-        self._timer.start()
-
-    def stop(self) -> None:
-        self._timer.stop()
-
-    def max_gap_between(self, start: float, end: float) -> float:
-        inside = [start, *(t for t in self.ticks if start <= t <= end), end]
-        return max(b - a for a, b in itertools.pairwise(inside))
 
 
 def files_holding(root: Path, secret: str) -> list[Path]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
@@ -16,6 +15,7 @@ from app.paths import HearthPaths
 from app.settings import Settings, save_settings
 from tests.ui_fixtures import (
     GuiSessions,
+    Ticker,
     click,
     click_conversation,
     click_message_action,
@@ -54,24 +54,6 @@ def short_replies(model_home: HearthPaths) -> HearthPaths:
     return model_home
 
 
-class _Ticker:
-    """A 10 ms timer on the GUI thread; gaps between its ticks are time the event loop was blocked."""
-
-    def __init__(self) -> None:
-        self.ticks: list[float] = []
-        self._timer = QTimer()
-        self._timer.setInterval(10)
-        self._timer.timeout.connect(lambda: self.ticks.append(time.monotonic()))
-        self._timer.start()
-
-    def stop(self) -> None:
-        self._timer.stop()
-
-    def max_gap_between(self, start: float, end: float) -> float:
-        inside = [start, *(t for t in self.ticks if start <= t <= end), end]
-        return max(b - a for a, b in itertools.pairwise(inside))
-
-
 def _wait_idle(qtbot: QtBot, window: MainWindow) -> None:
     qtbot.waitUntil(
         lambda: window.sendButton.isEnabled() and not window.stopButton.isEnabled(), timeout=REPLY_TIMEOUT_MS
@@ -92,7 +74,7 @@ def test_stream_stop_and_find_it_again_after_a_restart(
     assert window.modelPicker.count() >= 1
     assert window.statusBackend.text().startswith(("CPU", "CUDA", "GPU", "Loading"))
 
-    ticker = _Ticker()
+    ticker = Ticker()
     QTest.keyClicks(window.composer, LONG_PROMPT)
     click(window.sendButton)
     assert window.composer.toPlainText() == ""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import QPoint, Qt, QUrl
+from PySide6.QtCore import QPoint, Qt, QTimer, QUrl
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QPushButton, QWidget
 from pytestqt.qtbot import QtBot
@@ -171,3 +173,21 @@ def seed_conversation(
     session.window.refresh_conversations()
     qtbot.waitUntil(lambda: title in titles(session.window))
     return conversation.id
+
+
+class Ticker:
+    """A 10 ms timer on the GUI thread; gaps between its ticks are time the event loop was blocked."""
+
+    def __init__(self) -> None:
+        self.ticks: list[float] = []
+        self._timer = QTimer()
+        self._timer.setInterval(10)
+        self._timer.timeout.connect(lambda: self.ticks.append(time.monotonic()))
+        self._timer.start()
+
+    def stop(self) -> None:
+        self._timer.stop()
+
+    def max_gap_between(self, start: float, end: float) -> float:
+        inside = [start, *(t for t in self.ticks if start <= t <= end), end]
+        return max(b - a for a, b in itertools.pairwise(inside))
