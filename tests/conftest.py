@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import multiprocessing
 import os
 import shutil
@@ -134,3 +135,16 @@ def variants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pat
     directory = tmp_path_factory.mktemp("quants")
     yield quantized_variants(directory)
     shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def hearth_logger() -> Iterator[logging.Logger]:
+    """configure_logging changes the process-wide "hearth" logger; put it back for the next test."""
+    logger = logging.getLogger("hearth")
+    handlers, level = list(logger.handlers), logger.level
+    yield logger
+    for handler in list(logger.handlers):
+        if handler not in handlers:
+            logger.removeHandler(handler)
+            handler.close()
+    logger.setLevel(level)

@@ -9,7 +9,6 @@ import secrets
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,19 +34,6 @@ def fresh_token() -> str:
 @pytest.fixture
 def paths(tmp_path: Path) -> HearthPaths:
     return HearthPaths(tmp_path / "home")
-
-
-@pytest.fixture
-def hearth_logger() -> Iterator[logging.Logger]:
-    """configure_logging changes the process-wide "hearth" logger; put it back for the next test."""
-    logger = logging.getLogger("hearth")
-    handlers, level = list(logger.handlers), logger.level
-    yield logger
-    for handler in list(logger.handlers):
-        if handler not in handlers:
-            logger.removeHandler(handler)
-            handler.close()
-    logger.setLevel(level)
 
 
 def read_log(paths: HearthPaths) -> str:

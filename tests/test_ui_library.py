@@ -524,19 +524,6 @@ def test_a_hanging_keyring_never_blocks_the_window(
     assert hanging_keyring.threads and "MainThread" not in hanging_keyring.threads
 
 
-@pytest.fixture
-def hearth_logger() -> Iterator[logging.Logger]:
-    """configure_logging changes the process-wide "hearth" logger; put it back for the next test."""
-    logger = logging.getLogger("hearth")
-    handlers, level = list(logger.handlers), logger.level
-    yield logger
-    for handler in list(logger.handlers):
-        if handler not in handlers:
-            logger.removeHandler(handler)
-            handler.close()
-    logger.setLevel(level)
-
-
 def test_the_token_never_reaches_a_file_or_a_log(
     qtbot: QtBot,
     gui: GuiSessions,
