@@ -119,6 +119,11 @@ class MessageRow(Base):
     template: Mapped[str | None] = mapped_column(Text)  # chat template used: "gguf" or "fallback:<format>"
     quantization: Mapped[str | None] = mapped_column(Text)
     context_note: Mapped[str | None] = mapped_column(Text)  # what the overflow policy left out, if anything
+    # Revision 0004.
+    reasoning: Mapped[str | None] = mapped_column(Text)  # the model's thinking, kept apart from `content`
+    reasoning_seconds: Mapped[float | None] = mapped_column(Float)
+    server_name: Mapped[str | None] = mapped_column(Text)  # set for replies from an OpenAI-compatible server
+    server_url: Mapped[str | None] = mapped_column(Text)
 
 
 class ModelRow(Base):

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from alembic import command
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
 
 import app.db as db_module
@@ -17,6 +18,7 @@ from app.conversations import ConversationStore
 from app.db import Database
 from app.errors import DatabaseError
 
+HEAD = ScriptDirectory.from_config(db_module._alembic_config()).get_current_head()
 T0 = "2025-01-01T00:00:00.000000+00:00"
 CONVERSATIONS = 40
 MESSAGES = 4000
@@ -82,10 +84,11 @@ def test_0003_turns_every_conversation_into_a_chain_and_indexes_it(tmp_path: Pat
     database = Database.open(path, backups)
     try:
         [backup] = list(backups.iterdir())
-        assert backup.name.endswith("-pre-0003.sqlite3")
+        # Named after the revision the database is migrated to: the head, whatever came after 0003.
+        assert backup.name.endswith(f"-pre-{HEAD}.sqlite3")
         assert raw(backup, "SELECT version_num FROM alembic_version") == [("0002",)]
         assert raw(backup, "SELECT count(*) FROM messages") == [(total,)]
-        assert raw(path, "SELECT version_num FROM alembic_version") == [("0003",)]
+        assert raw(path, "SELECT version_num FROM alembic_version") == [(HEAD,)]
 
         store = ConversationStore(database)
         for conversation_id, ids in chains.items():
@@ -149,7 +152,7 @@ def test_0003_downgrades_to_0002_and_back(tmp_path: Path) -> None:
             command.upgrade(config, "head")
     finally:
         engine.dispose()
-    assert raw(path, "SELECT version_num FROM alembic_version") == [("0003",)]
+    assert raw(path, "SELECT version_num FROM alembic_version") == [(HEAD,)]
 
 
 def test_a_disk_that_fills_up_during_0003_leaves_the_database_as_it_was(
