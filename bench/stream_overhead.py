@@ -1,11 +1,12 @@
 """Bar P1: token throughput through the whole app path vs a bare llama.cpp decode loop, side by side.
 
-    .venv/bin/python -m bench.stream_overhead [--model PATH] [--tokens 2000] [--rounds 2]
+    .venv/bin/python -m bench.stream_overhead [--model PATH] [--tokens 2000] [--rounds 5]
 
 App path: runner process → pipe → worker thread (ChatService) → Qt signal → a view-model slot on the
 main thread, with the reply persisted to SQLite as in the app. Baseline: the same GGUF, context, threads
-and greedy sampling driven by llama.cpp's low-level API in this process, with no per-token Python work
-beyond sampling. Both ignore end-of-turn tokens so every reply is exactly --tokens long.
+and sampler chain (the app's default settings at temperature 0: repetition penalty, then greedy) driven by
+llama.cpp's low-level API in a fresh process, with no per-token Python work beyond sampling. Both ignore
+end-of-turn tokens so every reply is exactly --tokens long. The two sides alternate which runs first.
 
 Prints tokens/s early in the reply (tokens 2..201) and over the last 200 tokens, and the ratios.
 """
@@ -13,13 +14,17 @@ Prints tokens/s early in the reply (tokens 2..201) and over the last 200 tokens,
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from inference.protocol import SamplingParams
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper and the sea."
 WINDOW = 200
@@ -27,18 +32,32 @@ WINDOW = 200
 
 @dataclass
 class Run:
-    token_times: list[float]  # arrival time of each token, seconds since the first token
+    """When tokens became visible: `deliveries[i]` is (seconds since the first token, tokens so far).
 
-    def rate(self, start: int, stop: int) -> float:
-        return (stop - start) / (self.token_times[stop - 1] - self.token_times[start - 1])
+    The bare loop delivers every token on its own; the app delivers batches (one per ~33 ms), and a batch's
+    tokens all become visible at its arrival.
+    """
+
+    deliveries: list[tuple[float, int]]
+
+    def rate(self, start_token: int, end_token: int) -> float:
+        """Tokens per second from the delivery that completed `start_token` to the one that completed
+        `end_token`. Measured between deliveries, so batching does not skew a window by where its edges
+        fall inside a batch."""
+        start = max((d for d in self.deliveries if d[1] <= start_token), default=self.deliveries[0])
+        end = next(d for d in self.deliveries if d[1] >= end_token)
+        return (end[1] - start[1]) / (end[0] - start[0])
+
+    @property
+    def tokens(self) -> int:
+        return self.deliveries[-1][1]
 
     def early(self) -> float:
         # Token 1 carries prompt processing; speed is measured from token 2 on, as the app reports it.
         return self.rate(1, 1 + WINDOW)
 
     def late(self) -> float:
-        n = len(self.token_times)
-        return self.rate(n - WINDOW, n)
+        return self.rate(self.tokens - WINDOW, self.tokens)
 
 
 def starter_model() -> Path:
@@ -59,33 +78,38 @@ def bare_loop(
     n_gpu_layers: int = 0,
     flash_attn: bool = False,
 ) -> Run:
-    """`n_gpu_layers` and `flash_attn` as the app's load plan has them (bench/gpu/check.py offloads)."""
+    """`n_gpu_layers` and `flash_attn` as the app's load plan has them (bench/gpu/check.py offloads).
+
+    The sampler chain is the runner's own, built from the same settings as the app's (repetition penalty
+    included), so the comparison measures the app's path and not a cheaper sampler.
+    """
     import llama_cpp
+
+    from inference.runner import _sampler_chain
 
     llm = llama_cpp.Llama(
         model_path=str(model), n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
         n_threads_batch=threads, n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, verbose=False,
     )  # fmt: skip
     ctx = llm.ctx
-    sampler = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-    llama_cpp.llama_sampler_chain_add(sampler, llama_cpp.llama_sampler_init_greedy())
+    sampler = _sampler_chain(bench_sampling(n_tokens), 0, llm.n_vocab())
     try:
         for start in range(0, len(prompt_tokens), 512):
             chunk = prompt_tokens[start : start + 512]
             array = (llama_cpp.llama_token * len(chunk))(*chunk)
             llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(array, len(chunk)))
         token_array = (llama_cpp.llama_token * 1)()
-        times: list[float] = []
+        deliveries: list[tuple[float, int]] = []
         first = 0.0
         for i in range(n_tokens):
             token = llama_cpp.llama_sampler_sample(sampler, ctx, -1)
             now = time.perf_counter()
             if i == 0:
                 first = now
-            times.append(now - first)
+            deliveries.append((now - first, i + 1))
             token_array[0] = token
             llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(token_array, 1))
-        return Run(times)
+        return Run(deliveries)
     finally:
         llama_cpp.llama_sampler_free(sampler)
         llm.close()
@@ -112,7 +136,7 @@ def app_path(model: Path, n_tokens: int, n_ctx: int, threads: int) -> Run:
         engine.ensure_loaded(name)
 
         view_model: list[str] = []
-        times: list[float] = []
+        deliveries: list[tuple[float, int]] = []
         first: list[float] = []
         loop = QEventLoop()
 
@@ -124,7 +148,8 @@ def app_path(model: Path, n_tokens: int, n_ctx: int, threads: int) -> Run:
             if not first:
                 first.append(now)
             # A batch's tokens all arrive at this moment: that is when the user can see them.
-            times.extend([now - first[0]] * count)
+            delivered = deliveries[-1][1] if deliveries else 0
+            deliveries.append((now - first[0], delivered + count))
 
         service.replyDelta.connect(on_delta)
         service.replyProgress.connect(on_progress)
@@ -135,15 +160,38 @@ def app_path(model: Path, n_tokens: int, n_ctx: int, threads: int) -> Run:
             loop.quit()
 
         service.replyFailed.connect(on_failed)
-        sampling = replace(engine.default_sampling(), temperature=0.0, max_tokens=n_tokens, ignore_eos=True)
-        service.send(None, PROMPT, name, sampling=sampling)
+        service.send(None, PROMPT, name, sampling=bench_sampling(n_tokens))
         loop.exec()
         service.shutdown()
         core.close()
         del app
-    if len(times) != n_tokens:
-        sys.exit(f"app path produced {len(times)} tokens, expected {n_tokens}")
-    return Run(times)
+    run = Run(deliveries)
+    if run.tokens != n_tokens:
+        sys.exit(f"app path produced {run.tokens} tokens, expected {n_tokens}")
+    return run
+
+
+def bench_sampling(n_tokens: int) -> SamplingParams:
+    """The app's default sampling, greedy, and exactly `n_tokens` long (end-of-turn tokens ignored)."""
+    from app.settings import Settings
+
+    defaults = Settings()
+    return SamplingParams(
+        temperature=0.0,
+        top_p=defaults.top_p,
+        top_k=defaults.top_k,
+        min_p=defaults.min_p,
+        repeat_penalty=defaults.repeat_penalty,
+        max_tokens=n_tokens,
+        ignore_eos=True,
+    )
+
+
+def bare_loop_in_child(model: Path, prompt_tokens: list[int], n_tokens: int, n_ctx: int, threads: int) -> Run:
+    """The bare loop in a fresh process, as the app's runner is: neither side gets a warmed-up heap."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(bare_loop, model, prompt_tokens, n_tokens, n_ctx, threads).result()
 
 
 def prompt_tokens_for(model: Path) -> list[int]:
@@ -169,7 +217,7 @@ def main() -> None:
     )
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--tokens", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     model = args.model or starter_model()
@@ -178,8 +226,13 @@ def main() -> None:
     print(f"model {model.name} · {args.tokens} tokens · {args.threads} threads · n_ctx {n_ctx} · greedy")
     early, late = [], []
     for round_no in range(1, args.rounds + 1):
-        bare = bare_loop(model, prompt, args.tokens, n_ctx, args.threads)
-        app = app_path(model, args.tokens, n_ctx, args.threads)
+        # Alternating which side goes first cancels slow drifts of the machine's speed between the two.
+        if round_no % 2:
+            bare = bare_loop_in_child(model, prompt, args.tokens, n_ctx, args.threads)
+            app = app_path(model, args.tokens, n_ctx, args.threads)
+        else:
+            app = app_path(model, args.tokens, n_ctx, args.threads)
+            bare = bare_loop_in_child(model, prompt, args.tokens, n_ctx, args.threads)
         early.append(app.early() / bare.early())
         late.append(app.late() / bare.late())
         print(
