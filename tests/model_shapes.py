@@ -160,3 +160,149 @@ def hardware(*, vram_mib: int | None, ram_mib: int, gpu_name: str = "RTX Test") 
         cpu_count_physical=8,
         cpu_count_logical=16,
     )
+
+
+# DeepSeek-V2-Lite (deepseek-ai/DeepSeek-V2-Lite config.json and model card): hidden 2048, 27 layers, 16
+# heads, kv_lora_rank 512, no q_lora_rank, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, 64
+# routed experts (6 used) of moe_intermediate_size 1408, 2 shared experts, first_k_dense_replace 1 with
+# intermediate_size 10944, vocabulary 102400, max_position_embeddings 163840. Metadata as llama.cpp's
+# convert_hf_to_gguf.py writes it since MLA support (2025): one KV "head" of kv_lora_rank + rope (576) for K
+# and kv_lora_rank (512) for V, the per-head sizes in key_length_mla / value_length_mla, attn_kv_b split into
+# attn_k_b / attn_v_b. `mla=False` writes an older file: full heads, attn_kv_b, no *_mla keys.
+DSV2_LITE = {
+    "n_embd": 2048,
+    "n_layers": 27,
+    "n_head": 16,
+    "kv_lora_rank": 512,
+    "qk_nope": 128,
+    "qk_rope": 64,
+    "v_head": 128,
+    "n_expert": 64,
+    "n_expert_used": 6,
+    "n_expert_shared": 2,
+    "n_ff_exp": 1408,
+    "n_ff": 10944,
+    "n_dense": 1,
+    "n_vocab": 102400,
+    "n_ctx_train": 163840,
+}
+
+
+def deepseek_v2_lite_file(directory: Path, *, mla: bool = True, matrix_type: int = Q8_0) -> Path:
+    s = DSV2_LITE
+    n_embd, n_head, rank, nope, rope, v_head = (
+        s["n_embd"], s["n_head"], s["kv_lora_rank"], s["qk_nope"], s["qk_rope"], s["v_head"]
+    )  # fmt: skip
+    n_expert, n_ff_exp, n_vocab = s["n_expert"], s["n_ff_exp"], s["n_vocab"]
+    n_ff_shexp = n_ff_exp * s["n_expert_shared"]
+    t = matrix_type
+    tensors = [TensorSpec("token_embd.weight", (n_embd, n_vocab), t)]
+    for il in range(s["n_layers"]):
+        tensors += [
+            TensorSpec(f"blk.{il}.attn_norm.weight", (n_embd,), F32),
+            TensorSpec(f"blk.{il}.attn_kv_a_norm.weight", (rank,), F32),
+            TensorSpec(f"blk.{il}.attn_q.weight", (n_embd, n_head * (nope + rope)), t),
+            TensorSpec(f"blk.{il}.attn_kv_a_mqa.weight", (n_embd, rank + rope), t),
+            TensorSpec(f"blk.{il}.attn_output.weight", (n_head * v_head, n_embd), t),
+            TensorSpec(f"blk.{il}.ffn_norm.weight", (n_embd,), F32),
+        ]
+        if mla:
+            tensors += [
+                TensorSpec(f"blk.{il}.attn_k_b.weight", (nope, rank, n_head), t),
+                TensorSpec(f"blk.{il}.attn_v_b.weight", (rank, v_head, n_head), t),
+            ]
+        else:
+            tensors.append(TensorSpec(f"blk.{il}.attn_kv_b.weight", (rank, n_head * (nope + v_head)), t))
+        if il < s["n_dense"]:
+            tensors += [
+                TensorSpec(f"blk.{il}.ffn_gate.weight", (n_embd, s["n_ff"]), t),
+                TensorSpec(f"blk.{il}.ffn_up.weight", (n_embd, s["n_ff"]), t),
+                TensorSpec(f"blk.{il}.ffn_down.weight", (s["n_ff"], n_embd), t),
+            ]
+        else:
+            tensors += [
+                TensorSpec(f"blk.{il}.ffn_gate_inp.weight", (n_embd, n_expert), F32),
+                TensorSpec(f"blk.{il}.ffn_gate_exps.weight", (n_embd, n_ff_exp, n_expert), t),
+                TensorSpec(f"blk.{il}.ffn_up_exps.weight", (n_embd, n_ff_exp, n_expert), t),
+                TensorSpec(f"blk.{il}.ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), t),
+                TensorSpec(f"blk.{il}.ffn_gate_shexp.weight", (n_embd, n_ff_shexp), t),
+                TensorSpec(f"blk.{il}.ffn_up_shexp.weight", (n_embd, n_ff_shexp), t),
+                TensorSpec(f"blk.{il}.ffn_down_shexp.weight", (n_ff_shexp, n_embd), t),
+            ]
+    tensors += [
+        TensorSpec("output_norm.weight", (n_embd,), F32),
+        TensorSpec("output.weight", (n_embd, n_vocab), t),
+    ]
+    metadata: dict[str, object] = {
+        "general.architecture": "deepseek2",
+        "general.name": "DeepSeek-V2-Lite-shaped",
+        "general.file_type": 7 if t == Q8_0 else 1,
+        "deepseek2.block_count": s["n_layers"],
+        "deepseek2.context_length": s["n_ctx_train"],
+        "deepseek2.embedding_length": n_embd,
+        "deepseek2.feed_forward_length": s["n_ff"],
+        "deepseek2.attention.head_count": n_head,
+        "deepseek2.attention.head_count_kv": 1 if mla else n_head,
+        "deepseek2.attention.key_length": rank + rope if mla else nope + rope,
+        "deepseek2.attention.value_length": rank if mla else v_head,
+        "deepseek2.attention.kv_lora_rank": rank,
+        "deepseek2.attention.layer_norm_rms_epsilon": 1e-6,
+        "deepseek2.rope.dimension_count": rope,
+        "deepseek2.rope.freq_base": 10000.0,
+        "deepseek2.leading_dense_block_count": s["n_dense"],
+        "deepseek2.expert_count": n_expert,
+        "deepseek2.expert_used_count": s["n_expert_used"],
+        "deepseek2.expert_shared_count": s["n_expert_shared"],
+        "deepseek2.expert_feed_forward_length": n_ff_exp,
+        "deepseek2.expert_weights_scale": 1.0,
+        "deepseek2.vocab_size": n_vocab,
+        "tokenizer.ggml.model": "no_vocab",
+    }
+    if mla:
+        metadata["deepseek2.attention.key_length_mla"] = nope + rope
+        metadata["deepseek2.attention.value_length_mla"] = v_head
+    return write_gguf(directory / f"deepseek-v2-lite{'' if mla else '-legacy'}.gguf", metadata, tensors)
+
+
+# DeepSeek-R1-Distill-Qwen-7B (deepseek-ai/DeepSeek-R1-Distill-Qwen-7B config.json, a Qwen2 model): hidden
+# 3584, 28 layers, 28 heads, 4 KV heads of 128, intermediate 18944, vocabulary 152064, max_position_embeddings
+# 131072, untied output, biases on q/k/v.
+def r1_distill_qwen_7b_file(directory: Path, *, matrix_type: int = Q8_0) -> Path:
+    n_embd, n_ff, n_vocab, n_layers, n_kv = 3584, 18944, 152064, 28, 4 * 128
+    t = matrix_type
+    tensors = [TensorSpec("token_embd.weight", (n_embd, n_vocab), t)]
+    for il in range(n_layers):
+        tensors += [
+            TensorSpec(f"blk.{il}.attn_norm.weight", (n_embd,), F32),
+            TensorSpec(f"blk.{il}.attn_q.weight", (n_embd, n_embd), t),
+            TensorSpec(f"blk.{il}.attn_q.bias", (n_embd,), F32),
+            TensorSpec(f"blk.{il}.attn_k.weight", (n_embd, n_kv), t),
+            TensorSpec(f"blk.{il}.attn_k.bias", (n_kv,), F32),
+            TensorSpec(f"blk.{il}.attn_v.weight", (n_embd, n_kv), t),
+            TensorSpec(f"blk.{il}.attn_v.bias", (n_kv,), F32),
+            TensorSpec(f"blk.{il}.attn_output.weight", (n_embd, n_embd), t),
+            TensorSpec(f"blk.{il}.ffn_norm.weight", (n_embd,), F32),
+            TensorSpec(f"blk.{il}.ffn_gate.weight", (n_embd, n_ff), t),
+            TensorSpec(f"blk.{il}.ffn_up.weight", (n_embd, n_ff), t),
+            TensorSpec(f"blk.{il}.ffn_down.weight", (n_ff, n_embd), t),
+        ]
+    tensors += [
+        TensorSpec("output_norm.weight", (n_embd,), F32),
+        TensorSpec("output.weight", (n_embd, n_vocab), t),
+    ]
+    metadata: dict[str, object] = {
+        "general.architecture": "qwen2",
+        "general.name": "DeepSeek-R1-Distill-Qwen-7B-shaped",
+        "general.file_type": 7 if t == Q8_0 else 1,
+        "qwen2.block_count": n_layers,
+        "qwen2.context_length": 131072,
+        "qwen2.embedding_length": n_embd,
+        "qwen2.feed_forward_length": n_ff,
+        "qwen2.attention.head_count": 28,
+        "qwen2.attention.head_count_kv": 4,
+        "qwen2.attention.layer_norm_rms_epsilon": 1e-6,
+        "qwen2.rope.freq_base": 10000.0,
+        "qwen2.vocab_size": n_vocab,
+        "tokenizer.ggml.model": "no_vocab",
+    }
+    return write_gguf(directory / "r1-distill-qwen-7b.gguf", metadata, tensors)
