@@ -14,13 +14,14 @@ log = logging.getLogger("hearth.background")
 
 
 class Background(QObject):
-    """A single worker thread keeps database writes ordered; callbacks run on the owner's (GUI) thread."""
+    """Callbacks run on the owner's (GUI) thread. One worker by default, which keeps database writes in
+    order; more (`workers`) for independent calls that should not wait for each other."""
 
     _delivered = Signal(object, object, object)
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, *, workers: int = 1) -> None:
         super().__init__(parent)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-bg")
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hearth-bg")
         # Queued: the signal is emitted from the worker thread, the slot must run in ours.
         self._delivered.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
 

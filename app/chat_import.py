@@ -54,6 +54,10 @@ class ImportedMessage:
     template: str | None = None
     quantization: str | None = None
     context_note: str | None = None
+    server_name: str | None = None
+    server_url: str | None = None
+    reasoning: str | None = None
+    reasoning_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,11 @@ def _hearth_message(
         template=_text(item, "template", at),
         quantization=_text(item, "quantization", at),
         context_note=_text(item, "context_note", at),
+        server_name=_text(item, "server_name", at),
+        server_url=_text(item, "server_url", at),
+        # Optional additions to version 2: older exports simply have none.
+        reasoning=_text(item, "reasoning", at),
+        reasoning_seconds=_number_or_none(item, "reasoning_seconds", at),
     )
 
 

@@ -11,6 +11,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.engine import ChatEngine, ContextUsage, ModelStatus, TurnCallbacks, TurnResult
 from app.errors import ContextOverflow, HearthError
+from app.openai_client import RemoteError
 from inference.protocol import ErrorKind, SamplingParams
 
 log = logging.getLogger("hearth.chat")
@@ -32,6 +33,12 @@ class _SignalCallbacks(TurnCallbacks):
             self._service.replyDelta.emit(assistant_message_id, text)
         self._service.replyProgress.emit(assistant_message_id, n_tokens)
 
+    def reasoning_delta(self, assistant_message_id: int, text: str) -> None:
+        self._service.replyReasoningDelta.emit(assistant_message_id, text)
+
+    def answer_was_reasoning(self, assistant_message_id: int) -> None:
+        self._service.replyAnswerWasReasoning.emit(assistant_message_id)
+
     def model_status(self, status: ModelStatus) -> None:
         self._service.modelStatus.emit(status)
 
@@ -41,6 +48,11 @@ class ChatService(QObject):
 
     replyStarted = Signal(int, int, int)
     replyDelta = Signal(int, str)
+    # A reasoning model's thinking, batched like replyDelta: (assistant id, text).
+    replyReasoningDelta = Signal(int, str)
+    # The answer text sent so far was thinking after all (the model closed a thinking block it never
+    # opened): it moves in front of the reasoning.
+    replyAnswerWasReasoning = Signal(int)
     # Tokens generated since the previous progress signal; for live counters and the throughput benchmark.
     replyProgress = Signal(int, int)
     replyFinished = Signal(int, object, str)
@@ -146,7 +158,7 @@ class ChatService(QObject):
 
     def _preload(self, model_name: str) -> None:
         try:
-            self._engine.ensure_loaded(model_name, self._callbacks)
+            self._engine.prepare(model_name, self._callbacks)
         except HearthError as exc:
             self.modelStatus.emit(ModelStatus(model_name, "failed", "", "Model failed to load", str(exc)))
         except Exception as exc:  # the worker must survive anything and say so
@@ -164,6 +176,10 @@ class ChatService(QObject):
             self._report(turn())
         except ContextOverflow as exc:
             self.replyFailed.emit(-1, ErrorKind.CONTEXT_OVERFLOW.value, str(exc))
+        except RemoteError as exc:
+            # The server could not be used: nothing was stored, the window hands the prompt back.
+            self.replyFailed.emit(-1, exc.kind.value, str(exc))
+            self.modelStatus.emit(self._engine.status())
         except HearthError as exc:
             self.replyFailed.emit(-1, "invalid_request", str(exc))
         except Exception as exc:

@@ -9,10 +9,11 @@ import json
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from app.conversations import (
     EXPORT_FORMATS,
@@ -72,6 +73,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be from 0 to 65535")
+    return value
+
+
 def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -87,12 +95,28 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     chat = sub.add_parser("chat", parents=[common], help="send one message and stream the reply to stdout")
-    chat.add_argument("--model", required=True, help="installed model name (see `hearth models list`)")
+    chat.add_argument(
+        "--model",
+        required=True,
+        help="installed model name (see `hearth models list`), or SERVER/MODEL for a model on a server",
+    )
     chat.add_argument("--conversation", type=int, metavar="ID", help="continue this conversation")
     chat.add_argument("--system", metavar="TEXT", help="system prompt")
     chat.add_argument("--temperature", type=float)
     chat.add_argument("--seed", type=int)
     chat.add_argument("--max-tokens", type=int)
+    thinking = chat.add_mutually_exclusive_group()
+    thinking.add_argument(
+        "--show-thinking",
+        action="store_const",
+        dest="thinking",
+        const="stdout",
+        default="stderr",
+        help="print a reasoning model's thinking on stdout before its answer (default: on stderr)",
+    )
+    thinking.add_argument(
+        "--hide-thinking", action="store_const", dest="thinking", const="hidden", help="do not print it"
+    )
     chat.add_argument("prompt", metavar="PROMPT")
 
     models = sub.add_parser("models", parents=[common], help="the installed model library")
@@ -151,6 +175,41 @@ def build_parser() -> argparse.ArgumentParser:
     token_sub.add_parser("clear", parents=[common], help="remove the stored token")
     token_sub.add_parser("status", parents=[common], help="whether a token is stored, and where")
 
+    servers = sub.add_parser(
+        "servers",
+        parents=[common],
+        help="OpenAI-compatible servers to chat through (vLLM, TGI, llama.cpp, Ollama)",
+    )
+    servers_sub = servers.add_subparsers(dest="servers_command", metavar="ACTION", required=True)
+    servers_add = servers_sub.add_parser(
+        "add",
+        parents=[common],
+        help="add a server (or replace the one of that name); its models are NAME/MODEL",
+    )
+    servers_add.add_argument("name", metavar="NAME")
+    servers_add.add_argument("url", metavar="URL", help="the API address, e.g. http://gpu-box:8000/v1")
+    servers_add.add_argument(
+        "--api-key-from-stdin",
+        action="store_true",
+        help="read the server's API key from standard input; it is kept in the system keyring",
+    )
+    servers_add.add_argument(
+        "--ca-bundle",
+        metavar="PATH",
+        help="trust the CAs in this PEM file (for an internal server's certificate)",
+    )
+    servers_list = servers_sub.add_parser(
+        "list", parents=[common], help="the servers added, and whether a key is stored"
+    )
+    servers_list.add_argument("--json", action="store_true")
+    servers_models = servers_sub.add_parser("models", parents=[common], help="ask a server for its models")
+    servers_models.add_argument("name", metavar="NAME")
+    servers_models.add_argument("--json", action="store_true")
+    servers_remove = servers_sub.add_parser(
+        "remove", parents=[common], help="remove a server and its stored key"
+    )
+    servers_remove.add_argument("name", metavar="NAME")
+
     conv = sub.add_parser("conversations", parents=[common], help="stored conversations")
     conv_sub = conv.add_subparsers(dest="conversations_command", metavar="ACTION", required=True)
     conv_list = conv_sub.add_parser("list", parents=[common])
@@ -181,10 +240,36 @@ def build_parser() -> argparse.ArgumentParser:
     conv_import.add_argument("file", metavar="FILE")
     conv_import.add_argument("--json", action="store_true")
 
+    backup = sub.add_parser(
+        "backup", parents=[common], help="write a verified copy of the conversation database"
+    )
+    backup.add_argument(
+        "path", nargs="?", metavar="PATH", help="a new file, or a folder (default: the backups folder)"
+    )
+    restore = sub.add_parser(
+        "restore",
+        parents=[common],
+        help="replace the conversation database with a backup (the current one is backed up first)",
+    )
+    restore.add_argument("path", metavar="PATH", help="the backup file")
+
     doctor = sub.add_parser(
         "doctor", parents=[common], help="report backend, GPUs, memory, keyring, database"
     )
     doctor.add_argument("--json", action="store_true")
+
+    serve = sub.add_parser(
+        "serve",
+        parents=[common],
+        help="serve a model over an OpenAI-compatible API on 127.0.0.1 until Ctrl+C",
+    )
+    serve.add_argument(
+        "--port",
+        type=_port,
+        metavar="N",
+        help="port on 127.0.0.1 (default: the local_server_port setting, 8765; 0: any free port)",
+    )
+    serve.add_argument("--model", help="installed model name (default: the one the window loads at start)")
 
     gui = sub.add_parser("gui", parents=[common], help="open the window (the default)")
     gui.add_argument("--smoke-test", action="store_true", help="start everything, open the window, quit")
@@ -514,6 +599,87 @@ def _read_token(err: TextIO) -> str:
     return sys.stdin.readline() if sys.stdin is not None else ""
 
 
+def _read_api_key(name: str, err: TextIO) -> str:
+    if sys.stdin is not None and sys.stdin.isatty():
+        return getpass.getpass(f"API key for {name} (input hidden): ", stream=err)
+    key = sys.stdin.readline() if sys.stdin is not None else ""
+    if not key.strip():
+        raise HearthError("No API key was given: pipe it on standard input.")
+    return key
+
+
+def cmd_servers(paths: HearthPaths, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from app.openai_client import is_loopback
+    from app.servers import ServerRegistry
+
+    registry = ServerRegistry(paths.home)
+    action = args.servers_command
+    if action == "add":
+        # Checked before the key is asked for, so a typo does not cost the user a paste.
+        registry.check(args.name, args.url, Path(args.ca_bundle) if args.ca_bundle else None)
+        key = _read_api_key(args.name, err) if args.api_key_from_stdin else None
+        server, stored = registry.add(
+            args.name, args.url, api_key=key, ca_bundle=Path(args.ca_bundle) if args.ca_bundle else None
+        )
+        out.write(f"Added {server.name}: {server.url}; its models are {server.name}/MODEL.\n")
+        if key is not None and server.url.startswith("http:") and not is_loopback(server.url):
+            err.write("note: the address is not https: the API key and the chats travel unencrypted.\n")
+        if stored is not None and not stored.persisted:
+            err.write(f"hearth: the API key was not saved: {stored.reason}\n")
+            return EXIT_USER_ERROR
+        return EXIT_OK
+    if action == "remove":
+        removed, deleted = registry.remove(args.name)
+        if not deleted.persisted:
+            err.write(f"hearth: removed {removed.name}, but not its API key: {deleted.reason}\n")
+            return EXIT_USER_ERROR
+        out.write(f"Removed {removed.name} and its API key.\n")
+        return EXIT_OK
+    if action == "models":
+        server = registry.get(args.name)
+        models = registry.client(server).list_models()
+        if args.json:
+            _print_json(
+                {
+                    "server": server.name,
+                    "url": server.url,
+                    "models": [
+                        {"id": m.id, "name": f"{server.name}/{m.id}", "owned_by": m.owned_by} for m in models
+                    ],
+                },
+                out,
+            )
+        else:
+            for m in models:
+                out.write(f"{server.name}/{m.id}\n")
+        return EXIT_OK
+    rows: list[dict[str, Any]] = []
+    for server in registry.servers():
+        status = registry.key_status(server.name)
+        where = ("keyring" if status.persisted else "memory") if status.present else None
+        rows.append(
+            {
+                "name": server.name,
+                "url": server.url,
+                "ca_bundle": server.ca_bundle,
+                "api_key": {"stored": status.present, "where": where, "backend": status.backend},
+                "problem": status.reason or None,
+            }
+        )
+    if args.json:
+        _print_json({"servers": rows}, out)
+        return EXIT_OK
+    if not rows:
+        out.write("No servers; add one with `hearth servers add NAME URL`.\n")
+    for row in rows:
+        key = f"key in the {row['api_key']['where']}" if row["api_key"]["stored"] else "no key"
+        bundle = f"\tCA bundle {row['ca_bundle']}" if row["ca_bundle"] else ""
+        out.write(f"{row['name']}\t{row['url']}\t{key}{bundle}\n")
+        if row["problem"]:
+            out.write(f"  keyring: {row['problem']}\n")
+    return EXIT_OK
+
+
 def cmd_token(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from app.token import HubToken
 
@@ -582,6 +748,7 @@ def _hit_json(hit: SearchHit) -> dict[str, Any]:
         "message_id": hit.message_id,
         "title": hit.title,
         "role": hit.role,
+        "in_reasoning": hit.in_reasoning,
         "snippet": "".join(plain),
         "matches": matches,
         "rank": hit.rank,
@@ -602,6 +769,8 @@ def _cmd_conversation_search(core: Core, args: argparse.Namespace, out: TextIO) 
     for hit in hits:
         # One line per hit, so the output stays greppable: newlines inside a snippet become spaces.
         snippet = " ".join(hit.snippet.replace(HIT_START, "«").replace(HIT_END, "»").split())
+        if hit.in_reasoning:
+            snippet = f"(thinking) {snippet}"
         where = (
             f"{hit.conversation_id}\t{hit.message_id}"
             if hit.message_id is not None
@@ -621,7 +790,15 @@ def _cmd_conversation_export(core: Core, args: argparse.Namespace, out: TextIO) 
         folder = Path(args.output)
         if folder.exists() and not folder.is_dir():
             raise HearthError(f"{folder} is a file; --all needs a folder to write into.")
-        written = store.export_all(folder, args.format)
+        if core.damaged:
+            from app.backup import export_readable
+
+            salvage = export_readable(store, folder, args.format)
+            written = salvage.written
+            for conversation_id, title, _why in salvage.unreadable:
+                out.write(f"Could not read conversation {conversation_id} ({title}): it is damaged\n")
+        else:
+            written = store.export_all(folder, args.format)
         out.write(f"Exported {_count(len(written), 'conversation')} to {folder}\n")
         for path in written:
             out.write(f"{path}\n")
@@ -686,6 +863,8 @@ def cmd_conversations(core: Core, args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"# {conversation.title}\n\n")
             for m in messages:
                 badge = "" if m.status == "complete" else f" [{m.status}]"
+                if m.reasoning:
+                    out.write(f"{m.role} (thinking): {m.reasoning}\n\n")
                 out.write(f"{m.role}{badge}: {m.content}\n\n")
         return EXIT_OK
     if action == "search":
@@ -696,8 +875,13 @@ def cmd_conversations(core: Core, args: argparse.Namespace, out: TextIO) -> int:
 
 
 class _StreamToStdout(TurnCallbacks):
-    def __init__(self, out: TextIO, err: TextIO) -> None:
+    """The answer on stdout; a reasoning model's thinking framed as Ollama's CLI does, on stderr (`thinking`
+    "stderr"), before the answer on stdout ("stdout"), or not at all ("hidden")."""
+
+    def __init__(self, out: TextIO, err: TextIO, thinking: str = "stderr") -> None:
         self._out, self._err = out, err
+        self._thinking = {"stderr": err, "stdout": out}.get(thinking)
+        self._thinking_open = False
 
     def started(self, conversation_id: int, user_message_id: int, assistant_message_id: int) -> None:
         self._err.write(f"conversation {conversation_id}\n")
@@ -707,13 +891,47 @@ class _StreamToStdout(TurnCallbacks):
         self._err.write(f"note: {note}\n")
         self._err.flush()
 
+    def reasoning_delta(self, assistant_message_id: int, text: str) -> None:
+        sink = self._thinking
+        if sink is None:
+            return
+        if not self._thinking_open:
+            sink.write("Thinking…\n")
+            self._thinking_open = True
+        sink.write(text)
+        sink.flush()
+
+    def answer_was_reasoning(self, assistant_message_id: int) -> None:
+        # Printed text cannot be taken back; the stored reply has it in the right place.
+        self._err.write(
+            "\nnote: the model did not mark where its thinking began; the text printed so far was its "
+            "thinking, not its answer\n"
+        )
+        self._err.flush()
+
     def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
+        if text:
+            self.end_thinking()
         self._out.write(text)
         self._out.flush()
 
+    def end_thinking(self) -> None:
+        if self._thinking is not None and self._thinking_open:
+            self._thinking.write("\n…done thinking.\n\n")
+            self._thinking.flush()
+            self._thinking_open = False
+
 
 def cmd_chat(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    engine = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
+    from app.servers import ServerRegistry
+
+    engine = ChatEngine(
+        core.store,
+        core.library,
+        core.settings,
+        runner_log=core.paths.runner_log_file,
+        servers=ServerRegistry(core.paths.home),
+    )
     # The options given win over the conversation's settings, which win over the model's and the global ones.
     defaults = engine.sampling_for(args.conversation, args.model)
     overrides = {
@@ -723,6 +941,7 @@ def cmd_chat(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> 
     }
     sampling = dataclasses.replace(defaults, **{k: v for k, v in overrides.items() if v is not None})
     restore = _cancel_on_interrupt(engine.cancel)
+    stream = _StreamToStdout(out, err, args.thinking)
     try:
         result = engine.run_turn(
             args.prompt,
@@ -730,11 +949,12 @@ def cmd_chat(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> 
             conversation_id=args.conversation,
             system_prompt=args.system,
             sampling=sampling,
-            callbacks=_StreamToStdout(out, err),
+            callbacks=stream,
         )
     finally:
         restore()
         engine.close()
+    stream.end_thinking()  # a reply cut off mid-thought
     out.write("\n")
     out.flush()
     if result.status == "complete":
@@ -760,6 +980,54 @@ def _cancel_on_interrupt(cancel: Callable[[], None]) -> Callable[[], None]:
         signal.signal(signal.SIGINT, previous)
 
     return restore
+
+
+def cmd_serve(core: Core, args: argparse.Namespace, err: TextIO) -> NoReturn:
+    """Load the model, serve it until Ctrl+C (KeyboardInterrupt: exit 130), then shut the runner down."""
+    from app.local_server import LocalServer, get_or_create_api_key
+    from app.secrets import SecretStore
+
+    engine = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
+    try:
+        name = args.model
+        if name is None:
+            name, why = engine.model_to_autoload()
+            if name is None:
+                raise HearthError(f"{why} Name a model with --model.")
+        core.library.get(name)  # an unknown name is one line on stderr, before anything else is said
+        err.write(f"Loading {name}…\n")
+        err.flush()
+        engine.prepare(name)
+        key = get_or_create_api_key(SecretStore())
+        assert key.value is not None
+        port = core.settings.local_server_port if args.port is None else args.port
+        with LocalServer(engine, key.value, port=port) as server:
+            err.write(f"Serving {name} at {server.url} (OpenAI-compatible; Ctrl+C stops)\n")
+            # The one place outside the window where the key is shown; it never goes to a log.
+            err.write(f"API key: {key.value}\n")
+            if not key.persisted:
+                err.write("The system keyring could not keep the key: it works until this server stops.\n")
+            err.flush()
+            while True:
+                # time.sleep, unlike a wait on a lock, is interrupted by Ctrl+C on every platform.
+                time.sleep(3600)
+    finally:
+        engine.close()
+
+
+def cmd_backup(paths: HearthPaths, args: argparse.Namespace, out: TextIO) -> int:
+    from app.backup import create_backup, restore_backup
+
+    if args.command == "backup":
+        written = create_backup(paths, Path(args.path) if args.path else None)
+        out.write(f"{written}\n")
+        return EXIT_OK
+    result = restore_backup(paths, Path(args.path))
+    kept = "moved aside (it is damaged)" if result.previous_damaged else "backed up"
+    out.write(f"Restored {paths.db_path} from {result.restored_from}\n")
+    if result.previous is not None:
+        out.write(f"The database it replaced was {kept}: {result.previous}\n")
+    return EXIT_OK
 
 
 def cmd_doctor(paths: HearthPaths, args: argparse.Namespace, out: TextIO) -> int:
@@ -798,10 +1066,20 @@ def main(
             return cmd_doctor(paths, args, out)
         if args.command == "token":
             return cmd_token(args, out, err)
-        core = Core.open(paths)
+        if args.command == "servers":
+            return cmd_servers(paths, args, out, err)
+        if args.command in ("backup", "restore"):
+            return cmd_backup(paths, args, out)
+        # Reading and exporting conversations works on a damaged database too (opened read-only).
+        readable = args.command == "conversations" and args.conversations_command != "import"
+        core = Core.open(paths, allow_damaged=readable)
+        if core.damaged:
+            err.write(f"hearth: opened read-only: {core.damaged}\n")
         try:
             if args.command == "chat":
                 return cmd_chat(core, args, out, err)
+            if args.command == "serve":
+                cmd_serve(core, args, err)
             if args.command == "models" and args.models_command in HUB_ACTIONS:
                 return cmd_models_hub(core, args, out, err)
             if args.command == "models":

@@ -51,7 +51,7 @@ _MESSAGES = cast(Table, MessageRow.__table__)
 _MESSAGE_COLUMNS = (
     "id, conversation_id, role, content, status, error, model_name, model_sha256, prompt_tokens, "
     "completion_tokens, ttft_ms, tokens_per_second, sampling_json, seed, created_at, updated_at, parent_id, "
-    "template, quantization, context_note"
+    "template, quantization, context_note, server_name, server_url, reasoning, reasoning_seconds"
 )
 _SELECT_MESSAGES = f"SELECT {_MESSAGE_COLUMNS} FROM messages"
 _SELECT_CONVERSATIONS = (
@@ -109,6 +109,11 @@ class Message:
     template: str | None = None  # chat template that produced a reply: "gguf" or "fallback:<format>"
     quantization: str | None = None
     context_note: str | None = None  # what the overflow policy left out of this reply's prompt
+    server_name: str | None = None  # a reply from an OpenAI-compatible server: which one, and its address
+    server_url: str | None = None
+    # What a reasoning model thought before answering: shown apart, never sent back to the model.
+    reasoning: str | None = None
+    reasoning_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,7 @@ class SearchHit:
     snippet: str  # the matching text with each hit between HIT_START and HIT_END
     rank: float  # bm25: lower is better; comparable only among hits of the same kind
     role: str | None = None  # the matching message's role
+    in_reasoning: bool = False  # the snippet is from the reply's reasoning (its answer did not match)
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,7 @@ def _message(row: Sequence[Any], position: tuple[int, int]) -> Message:
     """From a row of _SELECT_MESSAGES, and its place among its siblings."""
     (id_, conversation_id, role, content, status, error, model_name, sha256, prompt_tokens, completion_tokens,
      ttft_ms, tokens_per_second, sampling, seed, created, updated, parent_id, template, quantization,
-     context_note) = row  # fmt: skip
+     context_note, server_name, server_url, reasoning, reasoning_seconds) = row  # fmt: skip
     return Message(
         id_,
         conversation_id,
@@ -189,6 +195,10 @@ def _message(row: Sequence[Any], position: tuple[int, int]) -> Message:
         template,
         quantization,
         context_note,
+        server_name,
+        server_url,
+        reasoning,
+        reasoning_seconds,
     )
 
 
@@ -198,6 +208,12 @@ def _not_found(conversation_id: int) -> ConversationNotFound:
 
 def _message_not_found(message_id: int) -> MessageNotFound:
     return MessageNotFound(f"There is no message {message_id}; it may have been deleted.")
+
+
+def _thinking_quote(reasoning: str, seconds: float | None) -> list[str]:
+    """A reply's reasoning as a quoted "Thinking" part, so it reads apart from the answer below it."""
+    heading = "> **Thinking**" + (f" ({seconds:.0f} s)" if seconds is not None else "")
+    return [heading, ">", *(f"> {line}" if line else ">" for line in reasoning.splitlines())]
 
 
 def _one_line_title(text_value: str) -> str:
@@ -302,6 +318,10 @@ def message_record(m: Message) -> dict[str, Any]:
         "template": m.template,
         "quantization": m.quantization,
         "context_note": m.context_note,
+        "server_name": m.server_name,
+        "server_url": m.server_url,
+        "reasoning": m.reasoning,
+        "reasoning_seconds": m.reasoning_seconds,
         "created_at": m.created_at.isoformat(),
         "updated_at": m.updated_at.isoformat(),
     }
@@ -542,15 +562,19 @@ class ConversationStore:
         conversation_id: int,
         *,
         model_name: str,
-        model_sha256: str,
+        model_sha256: str | None,
         sampling: Mapping[str, Any],
         seed: int | None,
         parent_id: ParentChoice = CURRENT_LEAF,
         template: str | None = None,
         quantization: str | None = None,
         context_note: str | None = None,
+        server_name: str | None = None,
+        server_url: str | None = None,
     ) -> Message:
-        """The reply's row exists from before the first token, so a crash mid-reply keeps what came."""
+        """The reply's row exists from before the first token, so a crash mid-reply keeps what came.
+
+        A reply from a server has no model file (`model_sha256` None) and names the server instead."""
         return self._insert_message(
             MessageRow(
                 conversation_id=conversation_id,
@@ -564,12 +588,15 @@ class ConversationStore:
                 template=template,
                 quantization=quantization,
                 context_note=context_note,
+                server_name=server_name,
+                server_url=server_url,
             ),
             parent_id,
         )
 
-    def flush_streaming_text(self, message_id: int, content: str) -> bool:
-        """Save the reply so far. False when the message is no longer streaming (or was deleted)."""
+    def flush_streaming_text(self, message_id: int, content: str, *, reasoning: str | None = None) -> bool:
+        """Save the reply (answer and reasoning) so far. False when the message is no longer streaming (or
+        was deleted)."""
         now = _now()
         with self._db.session() as session:
             conversation_id = session.scalar(
@@ -580,7 +607,9 @@ class ConversationStore:
             if conversation_id is None:
                 return False
             session.execute(
-                update(MessageRow).where(MessageRow.id == message_id).values(content=content, updated_at=now)
+                update(MessageRow)
+                .where(MessageRow.id == message_id)
+                .values(content=content, reasoning=reasoning, updated_at=now)
             )
             self._touch(session, conversation_id, now)
             return True
@@ -597,10 +626,14 @@ class ConversationStore:
         ttft_ms: float | None = None,
         tokens_per_second: float | None = None,
         seed: int | None = None,
+        reasoning: str | None = None,
+        reasoning_seconds: float | None = None,
+        context_note: str | None = None,
     ) -> bool:
         """Store the reply's final text and outcome. False when it was not streaming (or was deleted).
 
-        `seed` is the seed the runner actually used; None keeps the one recorded at the start.
+        `seed` is the seed the runner actually used and `context_note` what the context cost the reply; None
+        keeps the one recorded at the start.
         """
         if status not in FINAL_STATUSES:
             raise ValueError(f"status must be one of {FINAL_STATUSES}, not {status!r}")
@@ -616,8 +649,12 @@ class ConversationStore:
             row.completion_tokens = completion_tokens
             row.ttft_ms = ttft_ms
             row.tokens_per_second = tokens_per_second
+            row.reasoning = reasoning
+            row.reasoning_seconds = reasoning_seconds
             if seed is not None:
                 row.seed = seed
+            if context_note is not None:
+                row.context_note = context_note
             row.updated_at = now
             self._touch(session, row.conversation_id, now)
             return True
@@ -690,9 +727,12 @@ class ConversationStore:
         rows returned. Joined to other tables, SQLite would make a snippet for every match before sorting
         (100 ms for a word in 100,000 messages).
         """
+        # A snippet per column: the answer's when it matched, else the reasoning's (FTS5's own choice of
+        # column would not say which one it took).
         ranked = session.execute(
             text(
-                "SELECT rowid AS id, rank, snippet(messages_fts, 0, :start, :end, '…', :tokens) AS snippet "
+                "SELECT rowid AS id, rank, snippet(messages_fts, 0, :start, :end, '…', :tokens) AS snippet, "
+                "snippet(messages_fts, 1, :start, :end, '…', :tokens) AS reasoning_snippet "
                 "FROM messages_fts WHERE messages_fts MATCH :match AND rowid >= :oldest "
                 "ORDER BY rank LIMIT :limit"
             ),
@@ -714,19 +754,23 @@ class ConversationStore:
             {"ids": _ids_json(row.id for row in ranked)},
         )
         found = {row.id: row for row in where}
-        return [
-            None
-            if found[row.id].trashed
-            else SearchHit(
-                found[row.id].conversation_id,
-                row.id,
-                found[row.id].title,
-                row.snippet,
-                row.rank,
-                found[row.id].role,
+        hits: list[SearchHit | None] = []
+        for row in ranked:
+            in_reasoning = HIT_START not in row.snippet and HIT_START in (row.reasoning_snippet or "")
+            hits.append(
+                None
+                if found[row.id].trashed
+                else SearchHit(
+                    found[row.id].conversation_id,
+                    row.id,
+                    found[row.id].title,
+                    row.reasoning_snippet if in_reasoning else row.snippet,
+                    row.rank,
+                    found[row.id].role,
+                    in_reasoning,
+                )
             )
-            for row in ranked
-        ]
+        return hits
 
     # Export and import -----------------------------------------------------------------------------------
 
@@ -782,6 +826,8 @@ class ConversationStore:
             lines += [f"## {heading}", ""]
             if m.context_note:
                 lines += [f"*[{m.context_note}]*", ""]
+            if m.reasoning:
+                lines += [*_thinking_quote(m.reasoning, m.reasoning_seconds), ""]
             lines += [m.content, ""]
             if m.status != "complete":
                 note = f"*[{m.status}]*" if not m.error else f"*[{m.status}: {m.error}]*"
@@ -895,6 +941,10 @@ class ConversationStore:
                 "template": m.template,
                 "quantization": m.quantization,
                 "context_note": m.context_note,
+                "server_name": m.server_name,
+                "server_url": m.server_url,
+                "reasoning": m.reasoning,
+                "reasoning_seconds": m.reasoning_seconds,
                 "created_at": m.created_at,
                 "updated_at": m.updated_at or m.created_at,
             }

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from app.conversations import ConversationStore
 from app.db import Database
+from app.errors import DamagedDatabase
 from app.library import ModelLibrary
 from app.paths import HearthPaths
 from app.settings import Settings, load_settings
@@ -22,12 +23,23 @@ class Core:
     store: ConversationStore
     library: ModelLibrary
     interrupted_at_start: int
+    # Why the database is open read-only (it failed its check at start-up), or None.
+    damaged: str | None = None
 
     @classmethod
-    def open(cls, paths: HearthPaths) -> Core:
+    def open(cls, paths: HearthPaths, *, allow_damaged: bool = False) -> Core:
+        """With `allow_damaged`, a database that fails its check opens read-only instead of raising."""
         paths.ensure()
         settings = load_settings(paths.settings_path)
-        db = Database.open(paths.db_path, paths.backups_dir)
+        try:
+            db = Database.open(paths.db_path, paths.backups_dir)
+        except DamagedDatabase as exc:
+            if not allow_damaged:
+                raise
+            log.error("opening the damaged database read-only: %s", exc)
+            db = Database.open_read_only(paths.db_path)
+            library = ModelLibrary(db, paths.models_dir)
+            return cls(paths, settings, db, ConversationStore(db), library, 0, damaged=str(exc))
         store = ConversationStore(db)
         # A reply still marked streaming was cut off by a crash or a kill: say so instead of pretending.
         interrupted = store.mark_interrupted_streaming()

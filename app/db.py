@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool, Pool, QueuePool
 
-from app.errors import DatabaseError
+from app.errors import DamagedDatabase, DatabaseError
 
 log = logging.getLogger("hearth.db")
 
@@ -46,9 +46,10 @@ class Database:
     Session between threads.
     """
 
-    def __init__(self, path: Path, engine: Engine) -> None:
+    def __init__(self, path: Path, engine: Engine, *, read_only: bool = False) -> None:
         self.path = path
         self.engine = engine
+        self.read_only = read_only
         # Writers take the write lock at BEGIN. A deferred transaction that reads and then writes fails
         # immediately with SQLITE_BUSY (the busy timeout cannot help) if another connection committed
         # in between; with IMMEDIATE it waits its turn instead.
@@ -61,9 +62,10 @@ class Database:
     def open(cls, path: Path, backups_dir: Path) -> Database:
         """Check, migrate and open the database at `path`, creating it if it does not exist.
 
-        Raises DatabaseError when the existing file fails `PRAGMA quick_check` (the file is left as it
-        is), when it belongs to a newer Hearth, or when a migration fails (the database is restored
-        from the backup taken just before, and the message names that backup).
+        Raises DamagedDatabase when the existing file fails `PRAGMA quick_check` (the file is left as it
+        is; `open_read_only` can still read it), DatabaseError when it belongs to a newer Hearth, or
+        when a migration fails (the database is restored from the backup taken just before, and the
+        message names that backup).
         """
         path = Path(path).resolve()
         try:
@@ -74,17 +76,44 @@ class Database:
             if path.exists():
                 verdict = _check_existing_file(path)
                 if verdict != "ok":
-                    raise DatabaseError(
+                    raise DamagedDatabase(
                         f"The conversation database {path} is damaged ({verdict}). Hearth has not changed "
-                        f"it. Move the file aside to start with an empty database, or restore a copy from "
-                        f"{backups_dir}."
+                        f"it. Export what can still be read (`hearth conversations export --all`), or "
+                        f"restore a backup from {backups_dir} (`hearth restore PATH`)."
                     )
             _migrate(path, Path(backups_dir))
             return cls(path, _create_engine(path, foreign_keys=True, poolclass=QueuePool))
 
+    @classmethod
+    def open_read_only(cls, path: Path) -> Database:
+        """Open an existing file for reading only, unchecked and unmigrated: for salvaging a damaged one.
+
+        SQLite itself refuses every write on these connections, so nothing can change the file.
+        """
+        path = Path(path).resolve()
+        if not path.is_file():
+            raise DatabaseError(f"The conversation database {path} does not exist.")
+        uri = f"{path.as_uri()}?mode=ro"
+
+        def connect() -> sqlite3.Connection:
+            conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+            conn.isolation_level = None
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA query_only=ON")
+            return conn
+
+        engine = create_engine("sqlite+pysqlite://", creator=connect, poolclass=QueuePool)
+        event.listen(engine, "begin", _begin)
+        return cls(path, engine, read_only=True)
+
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A write transaction: committed when the block ends, rolled back if it raises."""
+        if self.read_only:
+            raise DatabaseError(
+                f"The conversation database {self.path} is damaged and open read-only: nothing can be "
+                "changed. Export your conversations, or restore a backup."
+            )
         with _user_readable_errors(self.path), self._write_sessions.begin() as session:
             yield session
 
@@ -266,20 +295,39 @@ def _check_foreign_keys(conn: Connection) -> None:
         )
 
 
+def backup_name(reason: str) -> str:
+    """A backup file name that sorts by time: hearth-<UTC time>-<reason>.sqlite3."""
+    now = datetime.now(UTC)
+    return f"hearth-{now:%Y%m%dT%H%M%S}.{now:%f}Z-{reason}.sqlite3"
+
+
+def copy_verified(source: Path, destination: Path) -> str:
+    """Copy a database with SQLite's online backup API (consistent even while it is being written, WAL
+    included) into a self-contained file, and return the copy's `integrity_check` verdict."""
+    with (
+        closing(sqlite3.connect(source, timeout=BUSY_TIMEOUT_MS / 1000)) as original,
+        closing(sqlite3.connect(destination)) as copy,
+    ):
+        original.backup(copy)
+        # A self-contained file, with no -wal or -shm next to it.
+        copy.execute("PRAGMA journal_mode=DELETE")
+        return _check_result(copy.execute("PRAGMA integrity_check").fetchall())
+
+
+def known_revisions() -> tuple[str, frozenset[str]]:
+    """The schema revision this Hearth creates, and every revision it can migrate from."""
+    scripts = ScriptDirectory.from_config(_alembic_config())
+    head = scripts.get_current_head()
+    assert head is not None, "app/migrations has no revisions"
+    return head, frozenset(script.revision for script in scripts.walk_revisions())
+
+
 def _backup(path: Path, backups_dir: Path, *, target: str) -> Path:
     """Copy the live database with SQLite's online backup API and verify the copy before trusting it."""
-    now = datetime.now(UTC)
-    destination = backups_dir / f"hearth-{now:%Y%m%dT%H%M%S}.{now:%f}Z-pre-{target}.sqlite3"
+    destination = backups_dir / backup_name(f"pre-{target}")
     try:
         backups_dir.mkdir(parents=True, exist_ok=True)
-        with (
-            closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)) as source,
-            closing(sqlite3.connect(destination)) as copy,
-        ):
-            source.backup(copy)
-            # A self-contained file, with no -wal or -shm next to it.
-            copy.execute("PRAGMA journal_mode=DELETE")
-            verdict = _check_result(copy.execute("PRAGMA integrity_check").fetchall())
+        verdict = copy_verified(path, destination)
     except OSError as exc:
         destination.unlink(missing_ok=True)
         raise DatabaseError(

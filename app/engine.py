@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.conversations import Conversation, ConversationStore, Message
-from app.errors import ContextOverflow, DatabaseError, HearthError, ModelNotFound
+from app.errors import ContextOverflow, DatabaseError, HearthError, ModelNotFound, NoModelLoaded
 from app.library import InstalledModel, ModelLibrary
+from app.openai_client import ChatStream, StreamCancel, request_sampling
+from app.reasoning import DEFAULT_MARKERS, ReasoningMarkers, ReplyText, Split, markers_for_template
+from app.runner_queue import Job, RunnerQueue
+from app.servers import Server, ServerRegistry
 from app.settings import Settings
 from inference.client import RunnerClient, RunnerError
-from inference.gguf import GGUFError, read_header
+from inference.gguf import GGUFError, GGUFHeader, read_header
 from inference.hardware import HardwareReport, llama_backend, probe_hardware
-from inference.planner import plan_load
+from inference.planner import plan_load, smaller_plan
 from inference.protocol import (
     ChatMessage,
     ErrorKind,
@@ -28,6 +31,8 @@ from inference.protocol import (
     GenerateRequest,
     GenerationStats,
     Loaded,
+    LoadPlan,
+    PromptReady,
     SamplingParams,
     StopReason,
     TokenCount,
@@ -66,6 +71,7 @@ class TurnResult:
     error_kind: ErrorKind | None = None
     error: str | None = None
     context_note: str | None = None  # what the overflow policy left out of the prompt, if anything
+    reasoning: str | None = None  # what the model thought before answering (stored apart from `text`)
 
 
 @dataclass(frozen=True)
@@ -114,13 +120,39 @@ class TurnCallbacks:
         pass
 
     def context_note(self, assistant_message_id: int, note: str) -> None:
-        """Called right after `started` when the overflow policy left earlier messages out of the prompt."""
+        """Called right after `started` when the overflow policy left earlier messages out of the prompt,
+        and again, with the whole note, when the reply is cut off because the context ran out."""
 
     def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
-        pass
+        """Answer text (empty when the tokens were reasoning, or text held back at a possible marker)."""
+
+    def reasoning_delta(self, assistant_message_id: int, text: str) -> None:
+        """Reasoning text, called before `delta` for the same tokens."""
+
+    def answer_was_reasoning(self, assistant_message_id: int) -> None:
+        """The answer text given so far was reasoning after all (a closing marker came with no opening
+        one): it now belongs in front of the reasoning. Called before that delta's `reasoning_delta`."""
 
     def model_status(self, status: ModelStatus) -> None:
         pass
+
+
+def _configuration(plan: LoadPlan) -> str:
+    layers = f"{plan.n_gpu_layers}/{plan.n_layers} GPU layers and " if plan.n_gpu_layers > 0 else ""
+    return f"{layers}a {plan.n_ctx:,}-token context"
+
+
+def _memory_note(planned: LoadPlan, loaded: LoadPlan) -> str:
+    """What the user gave up for the model to fit, in one sentence; "" when the plan loaded as made."""
+    changes = []
+    if loaded.n_ctx != planned.n_ctx:
+        changes.append(f"a {loaded.n_ctx:,}-token context instead of {planned.n_ctx:,}")
+    if loaded.n_gpu_layers != planned.n_gpu_layers:
+        changes.append(
+            f"{min(loaded.n_gpu_layers, loaded.n_layers)} of {loaded.n_layers} layers on the GPU instead of "
+            f"{min(planned.n_gpu_layers, planned.n_layers)}"
+        )
+    return f"Loaded with {' and '.join(changes)}: not enough memory." if changes else ""
 
 
 def history_for_prompt(messages: list[Message]) -> list[ChatMessage]:
@@ -141,15 +173,27 @@ class ChatEngine:
         *,
         runner_log: Path | None = None,
         hardware: HardwareReport | None = None,
+        servers: ServerRegistry | None = None,
     ) -> None:
         self.store = store
         self.library = library
         self.settings = settings
         self.hardware = hardware or probe_hardware()
+        # Models named SERVER/MODEL are answered by that OpenAI-compatible server, not the runner.
+        self.servers = servers
         self._client = RunnerClient(runner_log)
         self._model: InstalledModel | None = None
         self._context_length: int | None = None  # what the loaded model was asked for (the plan may cap it)
-        self._busy = threading.Lock()
+        self._memory_note = ""  # what the load gave up because memory ran out, said to the user
+        # Declared by the loaded model's template; None when it names none.
+        self._reasoning_markers: ReasoningMarkers | None = None
+        # GUI turns, measurements, loads and local server requests take the runner in the order they ask.
+        self._queue = RunnerQueue(acquired=self._reset_cancel, cancel_running=self._cancel_running)
+        self._remote_cancel = StreamCancel()
+        self._remote_server: Server | None = None  # the server the last remote turn went to, for status()
+        self._remote_stream: ChatStream | None = None  # the reply streaming from a server right now
+        # Final writes of replies that failed (a full disk): written before the next turn, and at close.
+        self._unsaved: dict[int, Callable[[], object]] = {}
 
     @property
     def client(self) -> RunnerClient:
@@ -190,6 +234,9 @@ class ChatEngine:
         return self.generation_settings(conversation, model_name).sampling
 
     def status(self) -> ModelStatus:
+        server = self._remote_server
+        if server is not None:
+            return ModelStatus(None, "ready", "Remote", f"Remote · {server.name}", server.url)
         loaded, model = self._client.loaded, self._model
         if loaded is None or model is None:
             backend, why = llama_backend()
@@ -200,7 +247,7 @@ class ChatEngine:
             "ready",
             loaded.backend,
             plan.reason.split(";")[0] if plan else loaded.backend,
-            loaded.template_note,
+            " ".join(note for note in (self._memory_note, loaded.template_note) if note),
         )
 
     def ensure_loaded(
@@ -211,12 +258,15 @@ class ChatEngine:
         model = self.library.get(model_name)
         context_length = context_length or self.settings.context_length
         loaded = self._client.loaded
+        was_remote, self._remote_server = self._remote_server is not None, None
         if (
             loaded is not None
             and self._model is not None
             and self._model.sha256 == model.sha256
             and self._context_length == context_length
         ):
+            if was_remote and callbacks is not None:
+                callbacks.model_status(self.status())
             return loaded
         if not Path(model.path).is_file():
             raise ModelNotFound(f"The file for model '{model.name}' is missing: {model.path}")
@@ -237,21 +287,65 @@ class ChatEngine:
         notify = callbacks.model_status if callbacks else (lambda _status: None)
         notify(ModelStatus(model.name, "loading", backend, f"Loading {model.name}…", plan.reason))
         self._model = None
-        try:
-            loaded = self._client.load(plan)
-        except RunnerError as exc:
-            if exc.kind is ErrorKind.RUNNER_CRASHED:
-                # A model that killed the runner is not loaded again automatically at the next start.
-                self.library.mark_load_error(model.name, exc.message)
-            notify(ModelStatus(model.name, "failed", backend, f"{model.name} failed to load", exc.message))
-            raise HearthError(f"Could not load '{model.name}': {exc.message}") from exc
+        loaded, used = self._load(model, header, plan, backend, notify)
+        self._memory_note = _memory_note(plan, used)
         self._model = model
         self._context_length = context_length
+        self._reasoning_markers = markers_for_template(header.chat_template)
         self.library.mark_loaded(model.name)
         self.library.clear_load_error(model.name)
         notify(self.status())
-        log.info("loaded %s: %s (%.2f s)", model.name, plan.reason, loaded.load_seconds)
+        log.info("loaded %s: %s (%.2f s)", model.name, used.reason, loaded.load_seconds)
         return loaded
+
+    def _load(
+        self,
+        model: InstalledModel,
+        header: GGUFHeader,
+        plan: LoadPlan,
+        backend: str,
+        notify: Callable[[ModelStatus], None],
+    ) -> tuple[Loaded, LoadPlan]:
+        """Load `plan`; out of memory, retry with fewer GPU layers, then a smaller context, until one fits.
+
+        Returns what loaded and the plan it loaded with. Raises HearthError when nothing fits or the load
+        failed for another reason.
+        """
+        while True:
+            try:
+                return self._client.load(plan), plan
+            except RunnerError as exc:
+                smaller = smaller_plan(plan, header) if exc.kind is ErrorKind.OUT_OF_MEMORY else None
+                if smaller is None:
+                    if exc.kind is ErrorKind.RUNNER_CRASHED:
+                        # A model that killed the runner is not loaded again automatically at the next start.
+                        self.library.mark_load_error(model.name, exc.message)
+                    summary = f"{model.name} failed to load"
+                    notify(ModelStatus(model.name, "failed", backend, summary, exc.message))
+                    raise HearthError(f"Could not load '{model.name}': {exc.message}") from exc
+                log.warning("%s: %s; retrying: %s", model.name, exc.message, smaller.reason)
+                detail = f"Not enough memory for {_configuration(plan)}; trying {_configuration(smaller)}."
+                notify(ModelStatus(model.name, "loading", backend, f"Loading {model.name}…", detail))
+                plan = smaller
+
+    def remote_target(self, model_name: str) -> tuple[Server, str] | None:
+        """The server and its model for `SERVER/MODEL`; None for a local model. Raises HearthError for an
+        unknown server."""
+        if self.servers is None:
+            return None
+        return self.servers.resolve(model_name)
+
+    def prepare(self, model_name: str, callbacks: TurnCallbacks | None = None) -> None:
+        """Blocking. Get ready to answer with `model_name`: load a local model; for a model on a server,
+        nothing to load (the status says which server answers). Waits its turn for the runner."""
+        with self._queue.turn(Job()):
+            target = self.remote_target(model_name)
+            if target is None:
+                self.ensure_loaded(model_name, callbacks)
+                return
+            self._remote_server = target[0]
+            if callbacks is not None:
+                callbacks.model_status(self.status())
 
     def model_to_autoload(self) -> tuple[str | None, str]:
         """The model to load at start-up, or None and why not."""
@@ -283,9 +377,9 @@ class ChatEngine:
         conversation does not fit the context under the "refuse" policy (ContextOverflow): the caller still
         holds the prompt (the GUI puts it back in the composer), so a retry cannot duplicate it.
         """
-        with self._busy:
-            # A Stop pressed from here on, even while the model loads, ends this turn.
-            self._client.reset_cancel()
+        # A Stop pressed from here on, even while the model loads, ends this turn; pressed while it waits for
+        # the runner, the turn gives up its place (JobCancelled) and nothing is stored.
+        with self._queue.turn(Job(interactive=True)):
             existing = self.store.get_conversation(conversation_id) if conversation_id is not None else None
             path = self.store.list_messages(existing.id) if existing is not None else []
             return self._reply(
@@ -311,8 +405,7 @@ class ChatEngine:
         Given a prompt instead of a reply, answers that prompt again. The result's user_message_id is the
         existing prompt.
         """
-        with self._busy:
-            self._client.reset_cancel()
+        with self._queue.turn(Job(interactive=True)):
             target = self.store.get_message(message_id)
             prompt_id = target.parent_id if target.role == "assistant" else target.id
             if target.role == "system" or prompt_id is None:
@@ -341,8 +434,7 @@ class ChatEngine:
 
         The edited prompt and everything that followed it stay, on their own branch.
         """
-        with self._busy:
-            self._client.reset_cancel()
+        with self._queue.turn(Job(interactive=True)):
             target = self.store.get_message(message_id)
             if target.role != "user":
                 raise HearthError("Only your own messages can be edited; regenerate a reply instead.")
@@ -369,7 +461,10 @@ class ChatEngine:
 
         Loads the model if needed: the count comes from its own template and tokenizer.
         """
-        with self._busy:
+        with self._queue.turn(Job()):
+            if self.remote_target(model_name) is not None:
+                # The server enforces its own context and its tokenizer is not here to count with.
+                raise HearthError(f"{model_name} is on a server: its context is not measured here.")
             conversation = (
                 self.store.get_conversation(conversation_id) if conversation_id is not None else None
             )
@@ -402,6 +497,19 @@ class ChatEngine:
         callbacks: TurnCallbacks,
     ) -> TurnResult:
         """Reply after `path` (root → the message to follow), adding the user's `prompt` first if given."""
+        self._save_unsaved()
+        target = self.remote_target(model_name)
+        if target is not None:
+            return self._reply_remote(
+                target,
+                model_name,
+                conversation,
+                path,
+                prompt=prompt,
+                system_prompt=system_prompt,
+                sampling=sampling,
+                callbacks=callbacks,
+            )
         resolved = self.generation_settings(conversation, model_name)
         sampling = sampling or resolved.sampling
         self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length)
@@ -410,6 +518,34 @@ class ChatEngine:
         system = system_prompt if system_prompt is not None else resolved.system_prompt
         fitted = self._fit(self._prompt_messages(system, path, prompt), bool(system), sampling.max_tokens)
         self._check_policy(fitted)
+        conversation_id, user_id = self._store_prompt(conversation, path, prompt, system_prompt, model.name)
+        note = fitted.note()
+        assistant = self.store.start_assistant_message(
+            conversation_id,
+            model_name=model.name,
+            model_sha256=model.sha256,
+            sampling=dataclasses.asdict(sampling),
+            seed=sampling.seed,
+            parent_id=user_id,
+            template=fitted.template_source,
+            quantization=model.quantization,
+            context_note=note,
+        )
+        callbacks.started(conversation_id, user_id, assistant.id)
+        if note:
+            callbacks.context_note(assistant.id, note)
+        request = GenerateRequest(uuid.uuid4().hex, fitted.messages, sampling)
+        return self._stream(conversation_id, user_id, assistant.id, request, callbacks, note=note)
+
+    def _store_prompt(
+        self,
+        conversation: Conversation | None,
+        path: list[Message],
+        prompt: str | None,
+        system_prompt: str | None,
+        model_name: str,
+    ) -> tuple[int, int]:
+        """Create the conversation if needed and add the user's prompt; returns (conversation, prompt) ids."""
         if conversation is None:
             conversation = self.store.create_conversation(system_prompt=system_prompt)
         # Explicit parents: the reply follows exactly the messages its prompt was built from, even if the
@@ -421,25 +557,57 @@ class ChatEngine:
         else:
             assert after is not None
             user_id = after
-        self.store.set_conversation_model(conversation.id, model.name)
-        note = fitted.note()
-        assistant = self.store.start_assistant_message(
-            conversation.id,
-            model_name=model.name,
-            model_sha256=model.sha256,
-            sampling=dataclasses.asdict(sampling),
-            seed=sampling.seed,
-            parent_id=user_id,
-            template=fitted.template_source,
-            quantization=model.quantization,
-            context_note=note,
+        self.store.set_conversation_model(conversation.id, model_name)
+        return conversation.id, user_id
+
+    def _reply_remote(
+        self,
+        target: tuple[Server, str],
+        model_name: str,
+        conversation: Conversation | None,
+        path: list[Message],
+        *,
+        prompt: str | None,
+        system_prompt: str | None,
+        sampling: SamplingParams | None,
+        callbacks: TurnCallbacks,
+    ) -> TurnResult:
+        """The same turn answered by a server: no local load and no token count (the server enforces its
+        own context). A server that cannot be reached or refuses the request raises RemoteError before
+        anything is stored, like an unusable local model."""
+        assert self.servers is not None
+        server, remote_model = target
+        resolved = self.generation_settings(conversation, model_name)
+        sampling = sampling or resolved.sampling
+        system = system_prompt if system_prompt is not None else resolved.system_prompt
+        messages = tuple(self._prompt_messages(system, path, prompt))
+        self._remote_server = server
+        callbacks.model_status(self.status())
+        request = GenerateRequest(uuid.uuid4().hex, messages, sampling)
+        stream = self.servers.client(server).chat(
+            remote_model, messages, sampling, request_id=request.request_id, cancel=self._remote_cancel
         )
-        callbacks.started(conversation.id, user_id, assistant.id)
-        if note:
-            callbacks.context_note(assistant.id, note)
-        request = GenerateRequest(uuid.uuid4().hex, fitted.messages, sampling)
-        result = self._stream(conversation.id, user_id, assistant.id, request, callbacks)
-        return dataclasses.replace(result, context_note=note)
+        try:
+            conversation_id, user_id = self._store_prompt(
+                conversation, path, prompt, system_prompt, model_name
+            )
+            assistant = self.store.start_assistant_message(
+                conversation_id,
+                model_name=model_name,
+                model_sha256=None,
+                # What the server was sent: it applies its own defaults for the rest.
+                sampling=request_sampling(sampling),
+                seed=sampling.seed,
+                parent_id=user_id,
+                server_name=server.name,
+                server_url=server.url,
+            )
+            callbacks.started(conversation_id, user_id, assistant.id)
+            self._remote_stream = stream
+            return self._stream(conversation_id, user_id, assistant.id, request, callbacks)
+        finally:
+            self._remote_stream = None
+            stream.close()
 
     @staticmethod
     def _prompt_messages(system: str | None, path: list[Message], prompt: str | None) -> list[ChatMessage]:
@@ -524,33 +692,59 @@ class ChatEngine:
         assistant_id: int,
         request: GenerateRequest,
         callbacks: TurnCallbacks,
+        *,
+        note: str | None = None,
     ) -> TurnResult:
-        parts: list[str] = []
+        """Stream the reply into the database. `note` is what the overflow policy left out of the prompt."""
+        if self._remote_stream is not None:
+            # Servers send `reasoning_content` wrapped in <think> … </think>; a server that pre-fills <think>
+            # for an R1 model but streams its raw text sends only the closing marker.
+            reply = ReplyText(DEFAULT_MARKERS)
+        else:
+            markers = self._reasoning_markers
+            reply = ReplyText(markers or DEFAULT_MARKERS, lone_close=markers is not None)
         last_flush = time.monotonic()
         outcome: Finished | Failed | None = None
-        for event in self._client.generate(request):
-            if isinstance(event, TokenDelta):
-                parts.append(event.text)
-                callbacks.delta(assistant_id, event.text, event.n_tokens)
+        for event in self._generate(request):
+            if isinstance(event, PromptReady):
+                reply.parser.after_prompt(event.prompt_end)
+            elif isinstance(event, TokenDelta):
+                self._relay(assistant_id, reply.feed(event.text), event.n_tokens, callbacks)
                 now = time.monotonic()
                 if now - last_flush >= FLUSH_INTERVAL_S:
-                    self._flush(assistant_id, parts)
+                    self._flush(assistant_id, reply)
                     last_flush = now
             else:
                 outcome = event
-        text = "".join(parts)
+        self._relay(assistant_id, reply.finish(), 0, callbacks)
+        text = reply.answer
         if isinstance(outcome, Finished):
             stats = outcome.stats
             status = "stopped" if stats.stop_reason is StopReason.CANCELLED else "complete"
-            self._finish(assistant_id, text, status, stats=stats)
-            return TurnResult(conversation_id, user_id, assistant_id, status, text, stats=stats)
+            loaded = self._client.loaded
+            if stats.stop_reason is StopReason.CONTEXT_FULL and loaded is not None:
+                # The reply outgrew the room kept for it: the cut is said, never silent.
+                cut = f"the reply was cut off where the {loaded.n_ctx}-token context ran out"
+                note = f"{note}; {cut}" if note else cut[0].upper() + cut[1:]
+                callbacks.context_note(assistant_id, note)
+            self._finish(assistant_id, text, status, stats=stats, reply=reply, context_note=note)
+            return TurnResult(
+                conversation_id,
+                user_id,
+                assistant_id,
+                status,
+                text,
+                stats=stats,
+                context_note=note,
+                reasoning=reply.reasoning,
+            )
         assert isinstance(outcome, Failed)
         status = "interrupted" if outcome.kind is ErrorKind.RUNNER_CRASHED else "error"
         if outcome.kind is ErrorKind.RUNNER_CRASHED and self._model is not None:
             # Remembered so the next start does not load it again on its own; a later good load clears it.
             self.library.mark_load_error(self._model.name, outcome.message)
             self._model = None
-        self._finish(assistant_id, text, status, error=outcome.message)
+        self._finish(assistant_id, text, status, error=outcome.message, reply=reply)
         return TurnResult(
             conversation_id,
             user_id,
@@ -559,11 +753,26 @@ class ChatEngine:
             text,
             error_kind=outcome.kind,
             error=outcome.message,
+            context_note=note,
+            reasoning=reply.reasoning,
         )
 
-    def _flush(self, assistant_id: int, parts: list[str]) -> None:
+    @staticmethod
+    def _relay(assistant_id: int, split: Split, n_tokens: int, callbacks: TurnCallbacks) -> None:
+        if split.answer_was_reasoning:
+            callbacks.answer_was_reasoning(assistant_id)
+        if split.reasoning:
+            callbacks.reasoning_delta(assistant_id, split.reasoning)
+        if split.answer or n_tokens:
+            callbacks.delta(assistant_id, split.answer, n_tokens)
+
+    def _generate(self, request: GenerateRequest) -> Iterator[PromptReady | TokenDelta | Finished | Failed]:
+        stream = self._remote_stream
+        return stream.events() if stream is not None else self._client.generate(request)
+
+    def _flush(self, assistant_id: int, reply: ReplyText) -> None:
         try:
-            self.store.flush_streaming_text(assistant_id, "".join(parts))
+            self.store.flush_streaming_text(assistant_id, reply.answer, reasoning=reply.reasoning)
         except DatabaseError:
             # The text stays in memory and goes out with the next flush or the final write.
             log.warning("could not save the streaming reply yet", exc_info=True)
@@ -576,33 +785,129 @@ class ChatEngine:
         *,
         stats: GenerationStats | None = None,
         error: str | None = None,
+        reply: ReplyText | None = None,
+        context_note: str | None = None,
     ) -> None:
-        """Write the reply's final state, retrying for a while: the disk may be full only for a moment."""
+        """Write the reply's final state, retrying for a while: the disk may be full only for a moment.
+
+        Still failing, the write is kept and tried again before the next turn and at close.
+        """
+
+        def save() -> bool:
+            return self.store.finish_message(
+                assistant_id,
+                content=text,
+                status=status,
+                error=error,
+                prompt_tokens=stats.prompt_tokens if stats else None,
+                completion_tokens=stats.completion_tokens if stats else None,
+                ttft_ms=stats.time_to_first_token_s * 1000.0 if stats else None,
+                tokens_per_second=stats.tokens_per_second if stats else None,
+                seed=stats.seed if stats else None,
+                reasoning=reply.reasoning if reply else None,
+                reasoning_seconds=reply.reasoning_seconds if reply else None,
+                context_note=context_note,
+            )
+
         for attempt in range(FINAL_WRITE_ATTEMPTS):
             try:
-                self.store.finish_message(
-                    assistant_id,
-                    content=text,
-                    status=status,
-                    error=error,
-                    prompt_tokens=stats.prompt_tokens if stats else None,
-                    completion_tokens=stats.completion_tokens if stats else None,
-                    ttft_ms=stats.time_to_first_token_s * 1000.0 if stats else None,
-                    tokens_per_second=stats.tokens_per_second if stats else None,
-                    seed=stats.seed if stats else None,
-                )
+                save()
                 return
             except DatabaseError as exc:
                 log.warning("could not save the finished reply (attempt %d): %s", attempt + 1, exc)
                 time.sleep(FINAL_WRITE_BACKOFF_S * (attempt + 1))
+        self._unsaved[assistant_id] = save
         raise HearthError(
-            "The reply could not be saved (the database is not writable); it is still shown, and the part "
-            "saved while streaming is kept."
+            "The reply could not be saved (the database is not writable: is the disk full?). It is still "
+            "shown, and Hearth saves it as soon as the database can be written again."
         )
 
-    def cancel(self) -> None:
-        """Safe from any thread: sets the runner's cancel flag, checked between tokens."""
+    def _save_unsaved(self) -> None:
+        for assistant_id, save in list(self._unsaved.items()):
+            try:
+                save()
+            except DatabaseError as exc:
+                log.warning("the reply %d still cannot be saved: %s", assistant_id, exc)
+                return
+            del self._unsaved[assistant_id]
+            log.info("saved the reply %d that a full disk had held back", assistant_id)
+
+    def _reset_cancel(self) -> None:
+        """Called when a turn begins; a Stop after this point, even before generation starts, counts."""
+        self._client.reset_cancel()
+        self._remote_cancel.reset()
+
+    def _cancel_running(self) -> None:
+        """Sets the runner's cancel flag, checked between tokens, and shuts a server's stream down at once."""
         self._client.cancel()
+        self._remote_cancel.cancel()
+
+    def cancel(self) -> None:
+        """Safe from any thread: Stop for the GUI's or the CLI's turn, running or waiting for the runner.
+        Local server requests are not affected (see cancel_job)."""
+        self._queue.cancel_interactive()
+
+    def cancel_job(self, job: Job) -> None:
+        """Safe from any thread: a job waiting for the runner gives up its place; a running one stops."""
+        self._queue.cancel(job)
+
+    @property
+    def waiting_jobs(self) -> int:
+        """Turns and requests waiting for the runner behind the one using it."""
+        return self._queue.waiting
+
+    @property
+    def loaded_model_name(self) -> str | None:
+        """The local model the runner holds now, if any."""
+        model = self._model
+        return model.name if model is not None and self._client.loaded is not None else None
+
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        sampling: SamplingParams,
+        *,
+        model_name: str,
+        stop: Sequence[str] = (),
+        job: Job | None = None,
+    ) -> Generator[TokenDelta | Finished | Failed, None, None]:
+        """Generate for `messages` with the loaded local model, storing nothing: the local API server's
+        requests.
+
+        Waits for the runner in turn with GUI turns and other requests, then yields the runner's deltas and
+        exactly one Finished or Failed. Closing the iterator early (its client went away) cancels the
+        generation and reads what the runner still sends, so the next job finds it idle. Never loads a model:
+        it serves what is loaded. Raises, before anything runs: JobCancelled (cancelled while waiting),
+        NoModelLoaded, or ModelNotFound when `model_name` is not the loaded model.
+        """
+        job = job or Job()
+        with self._queue.turn(job):
+            loaded = self.loaded_model_name
+            if loaded is None:
+                raise NoModelLoaded("No model is loaded in Hearth: load one in the window first.")
+            if model_name != loaded:
+                raise ModelNotFound(f"The model {model_name!r} is not loaded; this server has {loaded!r}.")
+            request = GenerateRequest(uuid.uuid4().hex, tuple(messages), sampling, tuple(stop))
+            events = self._client.generate(request)
+            ended = False
+            try:
+                for event in events:
+                    if isinstance(event, PromptReady):
+                        continue
+                    ended = isinstance(event, Finished | Failed)
+                    if isinstance(event, Failed) and event.kind is ErrorKind.RUNNER_CRASHED:
+                        # As for a turn: not loaded again on its own at the next start.
+                        self.library.mark_load_error(loaded, event.message)
+                        self._model = None
+                    yield event
+            finally:
+                if not ended:
+                    self._queue.cancel(job)
+                # To its end, which also lets go of the client's lock.
+                for event in events:
+                    if isinstance(event, Finished) and event.stats.stop_reason is StopReason.CANCELLED:
+                        log.info("generation cancelled after %d tokens", event.stats.completion_tokens)
 
     def close(self) -> None:
+        self._save_unsaved()
         self._client.close()

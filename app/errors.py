@@ -29,3 +29,11 @@ class ContextOverflow(HearthError):
 
 class DatabaseError(HearthError):
     pass
+
+
+class DamagedDatabase(DatabaseError):
+    """The database failed its check at start-up and was left as it is; it can still be opened read-only."""
+
+
+class NoModelLoaded(HearthError):
+    """Something needs the loaded model (the local API server) and the runner has none."""

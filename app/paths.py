@@ -43,6 +43,11 @@ class HearthPaths:
     def backups_dir(self) -> Path:
         return self.home / "backups"
 
+    @property
+    def instance_lock(self) -> Path:
+        """Held by the running window (app.single_instance); `hearth restore` refuses while it is."""
+        return self.home / "hearth.lock"
+
     def ensure(self) -> HearthPaths:
         for directory in (self.home, self.models_dir, self.logs_dir):
             directory.mkdir(parents=True, exist_ok=True)

@@ -151,12 +151,39 @@ class ServerRegistry:
         saved, stored = self.add(server.name, server.url, api_key=key, ca_bundle=ca_bundle)
         return saved, models, stored
 
-    def remove(self, name: str) -> Server:
+    def remove(self, name: str) -> tuple[Server, SecretResult]:
+        """Blocking (the keyring). Returns the server and how deleting its key went: not `persisted` when
+        the keyring kept it (the reason says why); the server is gone either way."""
         server = self.get(name)
         with self._lock:
             self._write([s for s in self._read() if s.name != server.name])
-        self._secrets.delete(_KEY_PREFIX + server.name)
-        return server
+        return server, self._secrets.delete(_KEY_PREFIX + server.name)
+
+    def set_api_key(self, name: str, api_key: str | None) -> SecretResult:
+        """Blocking (the keyring): replace the server's key, or remove it (None or blank).
+
+        Raises HearthError for an unknown server or a key that cannot be one. The result says where the
+        key is now: in the keyring (`persisted`), or for this session only and why.
+        """
+        server = self.get(name)
+        key = check_key_text(api_key) if api_key is not None else ""
+        if key:
+            return self._secrets.set(_KEY_PREFIX + server.name, key)
+        return self._secrets.delete(_KEY_PREFIX + server.name)
+
+    def set_ca_bundle(self, name: str, ca_bundle: Path | None) -> Server:
+        """Trust the CAs in this PEM file for the server instead of the system's (None: the system's again).
+
+        Raises HearthError for an unknown server or a bundle that is not a file.
+        """
+        with self._lock:
+            servers = self._read()
+            found = next((s for s in servers if s.name.casefold() == name.strip().casefold()), None)
+            if found is None:
+                raise HearthError(f"There is no server named “{name}”; add it with `hearth servers add`.")
+            changed = self.check(found.name, found.url, ca_bundle)
+            self._write([changed if s is found else s for s in servers])
+        return changed
 
     def api_key(self, name: str) -> str | None:
         """Blocking (the keyring, up to its timeout)."""
@@ -187,17 +214,13 @@ class ServerRegistry:
             return None
         return self.get(split[0]), split[1]
 
-    def listings(self) -> list[ServerListing]:
-        """Blocking, network: every server's models, each server's failure kept to itself."""
-        result = []
-        for server in self.servers():
-            try:
-                models = self.client(server).list_models()
-            except RemoteError as exc:
-                result.append(ServerListing(server, error=str(exc)))
-            else:
-                result.append(ServerListing(server, tuple(models)))
-        return result
+    def listing(self, server: Server) -> ServerListing:
+        """Blocking (the keyring, then the network): the server's models, or why they cannot be listed."""
+        try:
+            models = self.client(server).list_models()
+        except RemoteError as exc:
+            return ServerListing(server, error=str(exc))
+        return ServerListing(server, tuple(models))
 
     # -- the file -----------------------------------------------------------------------------------
 

@@ -15,7 +15,10 @@ from app.engine import ChatEngine
 from app.gpu_monitor import GpuMonitor
 from app.library import ModelLibrary
 from app.library_service import LibraryService
+from app.local_server_service import LocalServerService
 from app.paths import HearthPaths
+from app.servers import ServerRegistry
+from app.servers_service import ServersService
 from app.settings import Settings, save_settings, write_text_atomically
 from inference.hardware import HardwareReport, probe_hardware
 
@@ -33,17 +36,35 @@ class AppServices:
     gpu_monitor: GpuMonitor
     # The library panel's: Hub search, downloads, verify, delete, model switching, the token.
     library_service: LibraryService
+    # OpenAI-compatible servers; the chat engine answers SERVER/MODEL names through the same registry.
+    servers: ServerRegistry
+    # Network calls the window makes (Add server's connection test): never behind database work.
+    network: Background
+    # The servers as the window shows them (models, key, reachability) and the user's changes to them.
+    servers_service: ServersService
+    # The loaded model over an OpenAI-compatible API on 127.0.0.1, when the user turns it on.
+    local_server: LocalServerService
 
     @classmethod
     def start(cls, paths: HearthPaths) -> AppServices:
-        core = Core.open(paths)
+        # A damaged database opens read-only: the window offers export and restore instead of quitting.
+        core = Core.open(paths, allow_damaged=True)
         hardware = probe_hardware()
+        servers = ServerRegistry(paths.home)
         engine = ChatEngine(
-            core.store, core.library, core.settings, runner_log=paths.runner_log_file, hardware=hardware
+            core.store,
+            core.library,
+            core.settings,
+            runner_log=paths.runner_log_file,
+            hardware=hardware,
+            servers=servers,
         )
         monitor = GpuMonitor()
         monitor.start()
         chat = ChatService(engine)
+        local_server = LocalServerService(engine, core.settings.local_server_port)
+        if core.settings.local_server_enabled:
+            local_server.start(core.settings.local_server_port)
         return cls(
             paths=paths,
             settings=core.settings,
@@ -55,6 +76,10 @@ class AppServices:
             core=core,
             gpu_monitor=monitor,
             library_service=LibraryService(core, chat),
+            servers=servers,
+            network=Background(),
+            servers_service=ServersService(servers),
+            local_server=local_server,
         )
 
     def update_settings(self, **changes: object) -> None:
@@ -77,8 +102,12 @@ class AppServices:
 
     def shutdown(self) -> None:
         self.gpu_monitor.stop()
+        # Before the chat service closes the runner: requests in flight are cancelled, their threads end.
+        self.local_server.shutdown()
         # Pauses running downloads (they resume at the next start); its workers use the database.
         self.library_service.shutdown()
         self.chat.shutdown()
+        self.network.shutdown()
+        self.servers_service.shutdown()
         self.background.shutdown()
         self.core.close()

@@ -31,6 +31,8 @@ OVERFLOW_POLICIES = ("drop_oldest", "refuse")
 # The window's look and language; "system" follows the desktop (colour scheme, locale).
 THEMES = ("system", "light", "dark")
 LANGUAGES = ("system", "en", "zh_CN")
+# How a reply's reasoning is first shown: a collapsed "Thinking" section, expanded, or not at all.
+THINKING_DISPLAYS = ("collapsed", "expanded", "hidden")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,10 @@ class Settings:
     model_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
     theme: str = "system"
     language: str = "system"
+    show_thinking: str = "collapsed"
+    # The OpenAI-compatible API on 127.0.0.1 (app.local_server): off until the user turns it on.
+    local_server_enabled: bool = False
+    local_server_port: int = 8765
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -81,6 +87,9 @@ _VALIDATORS: dict[str, tuple[Callable[[object], bool], str]] = {
     "overflow_policy": (lambda v: v in OVERFLOW_POLICIES, " or ".join(f'"{p}"' for p in OVERFLOW_POLICIES)),
     "theme": (lambda v: v in THEMES, " or ".join(f'"{t}"' for t in THEMES)),
     "language": (lambda v: v in LANGUAGES, " or ".join(f'"{t}"' for t in LANGUAGES)),
+    "show_thinking": (lambda v: v in THINKING_DISPLAYS, " or ".join(f'"{t}"' for t in THINKING_DISPLAYS)),
+    "local_server_enabled": (lambda v: isinstance(v, bool), "true or false"),
+    "local_server_port": (lambda v: _is_int(v) and 1 <= v <= 65535, "a port number from 1 to 65535"),
     "model_defaults": (
         lambda v: _valid_model_defaults(v),
         "an object mapping model names to objects of generation settings",

@@ -159,8 +159,9 @@ class RunnerClient:
             self._loaded = reply
             return reply
 
-    def generate(self, request: GenerateRequest) -> Iterator[TokenDelta | Finished | Failed]:
-        """Yields deltas, then exactly one Finished or Failed; a runner that dies yields RUNNER_CRASHED."""
+    def generate(self, request: GenerateRequest) -> Iterator[PromptReady | TokenDelta | Finished | Failed]:
+        """Yields PromptReady once the prompt is rendered, deltas, then exactly one Finished or Failed; a
+        runner that dies yields RUNNER_CRASHED."""
         with self._lock:
             if not self.alive or self._loaded is None:
                 yield Failed(request.request_id, ErrorKind.NOT_LOADED, "No model is loaded.")
@@ -184,6 +185,7 @@ class RunnerClient:
                     return
                 if isinstance(event, PromptReady):
                     prompt_ready = True
+                    yield event
                 elif isinstance(event, TokenDelta):
                     yield event
                 elif isinstance(event, Finished | Failed):

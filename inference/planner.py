@@ -7,6 +7,8 @@ what makes the model fit, and a context capped by the training length and by mem
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from inference.estimator import (
     DEFAULT_UBATCH,
     FitEstimate,
@@ -118,3 +120,38 @@ def _cpu_reason(
 
 def _mib(n: int) -> str:
     return f"{n // MIB:,} MiB"
+
+
+def smaller_plan(plan: LoadPlan, header: GGUFHeader) -> LoadPlan | None:
+    """What to try after `plan` ran out of memory at load, or None when there is nothing left to give up.
+
+    GPU layers go first, half at a time (the estimate was for free VRAM, which another program may have
+    taken since), then the context halves down to MIN_CONTEXT: each step frees the most memory the user
+    would miss least. The caller says which configuration finally loaded.
+    """
+    if plan.n_gpu_layers > 0:
+        layers, n_ctx = min(plan.n_gpu_layers, plan.n_layers) // 2, plan.n_ctx
+        summary = (
+            f"CUDA · {layers}/{plan.n_layers} layers on the GPU" if layers else "CPU · not enough GPU memory"
+        )
+    elif plan.n_ctx > MIN_CONTEXT:
+        layers, n_ctx = 0, max(plan.n_ctx // 2, MIN_CONTEXT)
+        summary = plan.reason.split(";")[0]
+    else:
+        return None
+    predicted = predict_memory(
+        header,
+        context=n_ctx,
+        n_gpu_layers=layers,
+        kv_type=plan.kv_type,
+        flash_attn=plan.flash_attn,
+        n_ubatch=plan.n_batch,
+        swa_full=plan.swa_full,
+    )
+    return replace(
+        plan,
+        n_ctx=n_ctx,
+        n_gpu_layers=layers,
+        reason=f"{summary}; {n_ctx:,}-token context after running out of memory",
+        predicted_bytes=predicted.as_dict(),
+    )

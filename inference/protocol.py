@@ -18,6 +18,14 @@ class ErrorKind(enum.StrEnum):
     RUNNER_CRASHED = "runner_crashed"
     NOT_LOADED = "not_loaded"
     INTERNAL = "internal"
+    # An OpenAI-compatible server (app.openai_client): not reached, key refused, rate-limited, failed,
+    # silent for too long, or the connection lost mid-reply.
+    SERVER_UNREACHABLE = "server_unreachable"
+    SERVER_AUTH = "server_auth"
+    SERVER_BUSY = "server_busy"
+    SERVER_ERROR = "server_error"
+    SERVER_TIMEOUT = "server_timeout"
+    STREAM_CUT = "stream_cut"
 
 
 class StopReason(enum.StrEnum):
@@ -119,6 +127,9 @@ class PromptReady:
 
     request_id: str
     prompt_tokens: int
+    # The rendered prompt's last characters, trailing whitespace left out: a template may have started the
+    # reply already (R1's pre-fills "<think>\n"), which tells the app it begins inside the model's reasoning.
+    prompt_end: str = ""
 
 
 @dataclass(frozen=True)
@@ -130,13 +141,13 @@ class TokenDelta:
 
 @dataclass(frozen=True)
 class GenerationStats:
-    prompt_tokens: int
+    prompt_tokens: int | None  # None: a remote server did not say
     cached_prompt_tokens: int
     completion_tokens: int
     time_to_first_token_s: float
     tokens_per_second: float
     stop_reason: StopReason
-    seed: int
+    seed: int | None  # None: a remote server chose its own and did not say
 
 
 @dataclass(frozen=True)

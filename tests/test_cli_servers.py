@@ -7,7 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+import keyring
 import pytest
+from keyring.errors import KeyringLocked
 
 from app.cli import main
 from tests.openai_peer import FaultServer, LlamaPeer
@@ -143,3 +145,19 @@ def test_a_reply_cut_mid_stream_exits_1_with_the_partial_reply_saved(fault_serve
     assert (reply["status"], reply["content"], reply["server_name"]) == ("error", "Hello, world", "lab")
     code, _, err = run("chat", "--model", "lab/status-503", "Hi")
     assert code == 3 and "lab failed with a server error (503" in err
+
+
+def test_removing_a_server_whose_key_the_keyring_keeps_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ("servers", "add", "lab", "http://127.0.0.1:9", "--api-key-from-stdin")
+    code, _, err = run(*argv, stdin=KEY, monkeypatch=monkeypatch)
+    assert code == 0, err
+
+    def locked(self: object, service: str, username: str) -> None:
+        raise KeyringLocked("the collection is locked")
+
+    monkeypatch.setattr(type(keyring.get_keyring()), "delete_password", locked)
+    code, out, err = run("servers", "remove", "lab")
+    assert code == 3 and out == ""
+    assert err.startswith("hearth: removed lab, but not its API key: The system keyring is locked")
+    assert len(err.splitlines()) == 1 and KEY not in err
+    assert json.loads(run("servers", "list", "--json")[1]) == {"servers": []}

@@ -387,9 +387,14 @@ def test_export_json_shape(store: ConversationStore) -> None:
         "template",
         "quantization",
         "context_note",
+        "reasoning",
+        "reasoning_seconds",
+        "server_name",
+        "server_url",
         "created_at",
         "updated_at",
     }
+    assert (assistant["server_name"], assistant["server_url"]) == (None, None)
     assert (first["id"], first["parent_id"], first["role"], first["content"]) == (user.id, None, "user", "Hi")
     assert assistant["parent_id"] == user.id
     assert (assistant["status"], assistant["sampling"], assistant["seed"]) == ("stopped", SAMPLING, 3)

@@ -1,4 +1,7 @@
-"""The runner process with the real starter model: streaming, stop, crash recovery, KV reuse, bad files."""
+"""The runner process with the real starter model: streaming, stop, KV reuse, bad files.
+
+A runner killed mid-reply is in tests/reliability/test_inference_faults.py, with the other faults.
+"""
 
 from __future__ import annotations
 
@@ -107,49 +110,6 @@ def test_stop_keeps_the_partial_reply_as_stopped(core: Core, engine: ChatEngine)
     assert reply.status == "stopped"
     assert reply.content == result.text == "".join(recorder.deltas)
     assert reply.content
-
-
-class KillRunnerMidReply(Recorder):
-    def __init__(self, engine: ChatEngine) -> None:
-        super().__init__()
-        self._engine = engine
-
-    def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
-        super().delta(assistant_message_id, text, n_tokens)
-        if len(self.deltas) == 2:
-            self._engine.client.kill()
-
-
-def test_killed_runner_keeps_partial_reply_interrupted_and_next_message_works(
-    core: Core, engine: ChatEngine
-) -> None:
-    name = starter_name(core)
-    recorder = KillRunnerMidReply(engine)
-    sampling = SamplingParams(temperature=0.0, max_tokens=2000, seed=1)
-    result = engine.run_turn(
-        "Write a very long essay about mountains.", name, sampling=sampling, callbacks=recorder
-    )
-
-    assert result.status == "interrupted"
-    assert result.error_kind is ErrorKind.RUNNER_CRASHED
-    assert "SIGKILL" in (result.error or "")
-    reply = core.store.list_messages(result.conversation_id)[-1]
-    assert reply.status == "interrupted"
-    assert reply.content and reply.content == "".join(recorder.deltas)
-    # Until it works again, the model that took the runner down is not loaded on its own at the next start.
-    assert core.library.get(name).last_load_error
-    assert engine.model_to_autoload()[0] is None
-    assert "crashed last time" in engine.model_to_autoload()[1]
-
-    follow_up = engine.run_turn(
-        "Thanks. Say hi.", name, conversation_id=result.conversation_id, sampling=GREEDY
-    )
-    assert follow_up.status == "complete", follow_up.error
-    assert follow_up.text.strip()
-    assert core.library.get(name).last_load_error is None
-    assert engine.model_to_autoload() == (name, "")
-    statuses = [m.status for m in core.store.list_messages(result.conversation_id)]
-    assert statuses == ["complete", "interrupted", "complete", "complete"]
 
 
 def test_second_turn_reuses_the_kv_prefix(core: Core, engine: ChatEngine) -> None:

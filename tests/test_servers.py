@@ -7,8 +7,11 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import keyring
 import pytest
+from keyring.backend import KeyringBackend
 from keyring.backends.fail import Keyring as FailKeyring
+from keyring.errors import KeyringLocked
 
 from app.core import Core
 from app.engine import ChatEngine, ModelStatus, TurnCallbacks
@@ -18,7 +21,14 @@ from app.paths import resolve_home
 from app.secrets import SecretStore
 from app.servers import SERVERS_FILE, ServerRegistry, split_model_name
 from inference.protocol import ErrorKind, SamplingParams
-from tests.openai_peer import FaultServer, LlamaPeer, start_llama_peer
+from tests.openai_peer import (
+    FAULT_MODELS,
+    FaultServer,
+    LlamaPeer,
+    make_certificates,
+    serve_faults,
+    start_llama_peer,
+)
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, seed=9)
 KEY = "sk-remote-4b1d9e7f02c3"
@@ -70,7 +80,7 @@ def test_bad_names_addresses_keys_and_bundles_are_refused(hermetic_home: Path, t
 
 
 def test_a_key_the_keyring_refuses_is_kept_for_the_session(hermetic_home: Path) -> None:
-    registry = ServerRegistry(hermetic_home, SecretStore(backend=FailKeyring()))
+    registry = ServerRegistry(hermetic_home, SecretStore(backend=FailKeyring()))  # type: ignore[no-untyped-call]
     _, stored = registry.add("lab", "http://127.0.0.1:1", api_key=KEY)
     assert stored is not None and not stored.persisted
     assert "No system keyring is available" in stored.reason
@@ -78,7 +88,98 @@ def test_a_key_the_keyring_refuses_is_kept_for_the_session(hermetic_home: Path) 
     status = registry.key_status("lab")
     assert status.present and not status.persisted
     assert KEY not in (hermetic_home / SERVERS_FILE).read_text()
-    assert ServerRegistry(hermetic_home, SecretStore(backend=FailKeyring())).api_key("lab") is None
+    assert ServerRegistry(hermetic_home, SecretStore(backend=FailKeyring())).api_key("lab") is None  # type: ignore[no-untyped-call]
+
+
+def test_a_servers_key_and_ca_bundle_can_be_changed_and_removed(hermetic_home: Path, tmp_path: Path) -> None:
+    memory = keyring.get_keyring()
+    registry = ServerRegistry(hermetic_home)
+    registry.add("lab", "https://lab.example/v1", api_key="sk-old-00000000")
+    stored = registry.set_api_key("LAB", f" {KEY}\n")
+    assert stored.persisted and stored.value == KEY
+    assert ServerRegistry(hermetic_home).api_key("lab") == KEY
+    with pytest.raises(HearthError, match="API key") as info:
+        registry.set_api_key("lab", f"{KEY} oops")
+    assert KEY not in str(info.value)
+    assert registry.api_key("lab") == KEY
+    removed = registry.set_api_key("lab", None)
+    assert removed.persisted and removed.value is None
+    assert registry.api_key("lab") is None and not registry.key_status("lab").present
+    assert memory.get_password("Hearth", "server-api-key:lab") is None
+
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    changed = registry.set_ca_bundle("lab", bundle)
+    assert changed == registry.get("lab") and changed.ca_bundle == str(bundle.resolve())
+    assert json.loads((hermetic_home / SERVERS_FILE).read_text())["servers"][0]["ca_bundle"] == str(bundle)
+    with pytest.raises(HearthError, match="not a file"):
+        registry.set_ca_bundle("lab", tmp_path / "missing.pem")
+    assert registry.get("lab").ca_bundle == str(bundle.resolve())
+    assert registry.set_ca_bundle("lab", None).ca_bundle is None
+    assert registry.get("lab").ca_bundle is None
+
+    for change in (
+        lambda: registry.set_api_key("elsewhere", KEY),
+        lambda: registry.set_ca_bundle("elsewhere", None),
+        lambda: registry.remove("elsewhere"),
+    ):
+        with pytest.raises(HearthError, match="no server named"):
+            change()
+
+
+class StickyKeyring(KeyringBackend):
+    """Stores and reads, but refuses to delete: a locked collection, say."""
+
+    priority = 1
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.entries: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self.entries.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.entries[(service, username)] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        raise KeyringLocked("the collection is locked")
+
+
+def test_removing_a_server_says_when_its_key_stays_in_the_keyring(hermetic_home: Path) -> None:
+    sticky = StickyKeyring()
+    registry = ServerRegistry(hermetic_home, SecretStore(backend=sticky))
+    registry.add("lab", "http://127.0.0.1:1", api_key=KEY)
+    server, deleted = registry.remove("lab")
+    assert server.name == "lab" and registry.servers() == []
+    assert not deleted.persisted and "locked" in deleted.reason
+    assert list(sticky.entries.values()) == [KEY]
+
+    registry.add("lab", "http://127.0.0.1:1")
+    _, deleted = ServerRegistry(hermetic_home).remove("lab")
+    assert deleted.persisted
+
+
+def test_a_changed_key_or_ca_bundle_is_used_for_the_next_request(
+    hermetic_home: Path, fault_server: FaultServer, tmp_path: Path
+) -> None:
+    fault_server.api_key = KEY
+    registry = ServerRegistry(hermetic_home)
+    server, _ = registry.add("lab", fault_server.url, api_key="sk-wrong-000000000000")
+    refused = registry.listing(server)
+    assert refused.error is not None and "refused the API key (401" in refused.error
+    registry.set_api_key("lab", KEY)
+    listed = registry.listing(server)
+    assert listed.error is None and [m.id for m in listed.models] == list(FAULT_MODELS)
+    assert fault_server.requests[-1].headers["authorization"] == f"Bearer {KEY}"
+
+    certificates = make_certificates(tmp_path)
+    with serve_faults(certificates=certificates) as tls:
+        internal, _ = registry.add("internal", tls.url)
+        unverified = registry.listing(internal)
+        assert unverified.error is not None and "could not be verified" in unverified.error
+        trusted = registry.set_ca_bundle("internal", certificates.ca)
+        assert registry.listing(trusted).error is None
 
 
 def test_a_damaged_servers_file_is_set_aside(hermetic_home: Path) -> None:

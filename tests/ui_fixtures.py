@@ -30,6 +30,9 @@ class DialogAnswers:
     save_path: Path | None = None
     open_path: Path | None = None
     folder: Path | None = None
+    # What a list question answers: the index of the item chosen (None: the user cancels).
+    choice: int | None = None
+    choices: list[list[str]] = field(default_factory=list)
     confirmations: list[str] = field(default_factory=list)
     prompts: list[str] = field(default_factory=list)
     opened: list[str] = field(default_factory=list)
@@ -54,6 +57,10 @@ class DialogAnswers:
     def ask_folder(self, parent: QWidget, title: str) -> Path | None:
         self.file_dialogs.append(title)
         return self.folder
+
+    def ask_choice(self, parent: QWidget, title: str, label: str, items: list[str]) -> int | None:
+        self.choices.append(items)
+        return self.choice
 
     def confirm_open(self, parent: QWidget, url: QUrl) -> bool:
         return False
@@ -103,6 +110,7 @@ class GuiSessions:
                 ask_save=answers.ask_save,
                 ask_open=answers.ask_open,
                 ask_folder=answers.ask_folder,
+                ask_choice=answers.ask_choice,
                 confirm_open=answers.confirm_open,
                 open_url=answers.open_url,
                 preload_model=preload_model,

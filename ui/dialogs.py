@@ -16,6 +16,8 @@ AskSavePath = Callable[[QWidget, str, str, str], Path | None]
 AskOpenPath = Callable[[QWidget, str, str], Path | None]
 # (parent, title) → the chosen folder, or None.
 AskDirectory = Callable[[QWidget, str], Path | None]
+# (parent, title, label, items) → the index of the chosen item, or None.
+AskChoice = Callable[[QWidget, str, str, list[str]], int | None]
 
 
 def confirm_action(parent: QWidget, title: str, text: str, action: str) -> bool:
@@ -51,3 +53,8 @@ def ask_open_path(parent: QWidget, title: str, name_filter: str) -> Path | None:
 def ask_directory(parent: QWidget, title: str) -> Path | None:
     chosen = QFileDialog.getExistingDirectory(parent, title, str(Path.home()))
     return Path(chosen) if chosen else None
+
+
+def ask_choice(parent: QWidget, title: str, label: str, items: list[str]) -> int | None:
+    chosen, accepted = QInputDialog.getItem(parent, title, label, items, 0, False)
+    return items.index(chosen) if accepted and chosen in items else None

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 from app.errors import HearthError
 from app.paths import HearthPaths
 from app.services import AppServices
+from app.single_instance import SingleInstance
 from ui.assets import app_icon
 from ui.i18n import Translations
 from ui.main_window import MainWindow
@@ -75,8 +76,31 @@ def _smoke_check(window: MainWindow) -> int:
     return 0
 
 
+def _bring_forward(window: MainWindow) -> None:
+    window.showNormal()
+    window.raise_()
+    window.activateWindow()
+
+
 def run_gui(paths: HearthPaths, *, smoke_test: bool = False, argv: list[str] | None = None) -> int:
     app = create_application(argv)
+    try:
+        instance = SingleInstance.claim(paths)
+    except HearthError as exc:
+        log.error("could not start: %s", exc)
+        if not smoke_test:
+            _report_startup_failure(str(exc))
+        return 1
+    if instance is None:
+        # The window already open for this data directory was asked to come to the front.
+        return 0
+    try:
+        return _run_window(app, paths, instance, smoke_test=smoke_test)
+    finally:
+        instance.release()
+
+
+def _run_window(app: QApplication, paths: HearthPaths, instance: SingleInstance, *, smoke_test: bool) -> int:
     try:
         services = AppServices.start(paths)
     except HearthError as exc:
@@ -91,6 +115,7 @@ def run_gui(paths: HearthPaths, *, smoke_test: bool = False, argv: list[str] | N
     translations.install(services.settings.language)
     # A smoke run proves the app starts; loading a model is the CLI's and the tests' job.
     window = MainWindow(services, translations=translations, preload_model=not smoke_test)
+    instance.activated.connect(lambda: _bring_forward(window))
     try:
         window.show()
         return _smoke_check(window) if smoke_test else app.exec()

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import html
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import shiboken6
 from PySide6.QtCore import QEvent, QPoint, QRectF, Qt, QTimer
@@ -29,6 +30,7 @@ from PySide6.QtGui import (
     QPen,
     QPixmap,
     QShortcut,
+    QStandardItemModel,
 )
 from PySide6.QtWidgets import (
     QComboBox,
@@ -45,22 +47,26 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.backup import BackupInfo, RestoreResult, SalvageReport, export_readable, list_backups, restore_backup
 from app.conversations import Conversation, ImportReport, Message, SearchHit, export_filename
 from app.engine import ContextUsage, ModelStatus
 from app.errors import HearthError
 from app.library import InstalledModel
 from app.presets import Preset, delete_preset, list_presets, save_preset
+from app.servers import ServerListing, split_model_name
 from app.services import AppServices
 from inference.hardware import HardwareReport
 from inference.protocol import GenerationStats, SamplingParams
 from ui.composer import Composer
 from ui.context_meter import ContextMeter
 from ui.dialogs import (
+    AskChoice,
     AskDirectory,
     AskOpenPath,
     AskSavePath,
     AskText,
     ConfirmAction,
+    ask_choice,
     ask_directory,
     ask_open_path,
     ask_save_path,
@@ -70,9 +76,12 @@ from ui.dialogs import (
 from ui.highlight import warm_up as warm_up_highlighting
 from ui.i18n import LANGUAGES, Translations
 from ui.library_panel import LibraryDialog
+from ui.local_server_panel import LocalServerDialog, LocalServerIndicator
 from ui.provenance import ProvenanceDialog
 from ui.safe_browser import ConfirmOpen, OpenUrl, confirm_open_url
 from ui.search_panel import SearchPanel
+from ui.server_dialog import ServerAdded, ServerDialog
+from ui.servers_panel import ModelPicker, ServersDialog
 from ui.settings_panel import PresetChoice, SettingsPanel
 from ui.status_line import describe_gpu
 from ui.theme import THEME_CHOICES, Theme, palette, resolve_theme, stylesheet
@@ -91,6 +100,10 @@ ID_ROLE = Qt.ItemDataRole.UserRole
 PINNED_ROLE = Qt.ItemDataRole.UserRole + 1
 CHAT_FILES = "JSON (*.json);;All files (*)"
 SETTINGS_PANEL_WIDTH = 320
+# The model picker's last entries open the Add server and Manage servers dialogs; no model name can contain
+# a NUL.
+ADD_SERVER = "\0add-server"
+MANAGE_SERVERS = "\0manage-servers"
 
 
 def entry_for(message: Message) -> TranscriptEntry:
@@ -114,6 +127,8 @@ def entry_for(message: Message) -> TranscriptEntry:
         message.sibling_index,
         message.sibling_count,
         message.context_note,
+        reasoning=message.reasoning,
+        reasoning_seconds=message.reasoning_seconds,
     )
 
 
@@ -158,6 +173,10 @@ class _Live:
     assistant_id: int
     parts: list[str] = field(default_factory=list)
     note: str | None = None
+    reasoning: list[str] = field(default_factory=list)
+    # When the model started thinking and when its answer began (monotonic), for the Thinking label.
+    thinking_since: float | None = None
+    answer_since: float | None = None
 
 
 class MainWindow(QMainWindow):
@@ -170,6 +189,7 @@ class MainWindow(QMainWindow):
         ask_save: AskSavePath = ask_save_path,
         ask_open: AskOpenPath = ask_open_path,
         ask_folder: AskDirectory = ask_directory,
+        ask_choice: AskChoice = ask_choice,
         confirm_open: ConfirmOpen = confirm_open_url,
         open_url: OpenUrl = QDesktopServices.openUrl,
         translations: Translations | None = None,
@@ -183,7 +203,10 @@ class MainWindow(QMainWindow):
         self._ask_save = ask_save
         self._ask_open = ask_open
         self._ask_folder = ask_folder
-        self._preload_model = preload_model
+        self._ask_choice = ask_choice
+        # A damaged database is open read-only: nothing is written, so no model is needed either.
+        self._read_only = services.core.damaged is not None
+        self._preload_model = preload_model and not self._read_only
         self._translations = translations or Translations()
         self._owns_translations = translations is None
 
@@ -194,6 +217,8 @@ class MainWindow(QMainWindow):
         self._conversations: dict[int, Conversation] = {}
         self._pending: _Request | None = None
         self._live: _Live | None = None
+        # A search hit in a reply's thinking: that reply opens with its Thinking section expanded.
+        self._thinking_hit: int | None = None
         self._editing: int | None = None
         # A chat created for settings edited before its first message; sends wait for it.
         self._creating = False
@@ -203,10 +228,16 @@ class MainWindow(QMainWindow):
         self._settings_edits = 0
         self._dialogs: list[ProvenanceDialog] = []
         self._library_dialog: LibraryDialog | None = None
+        self._local_server_dialog: LocalServerDialog | None = None
         self._theme: Theme = resolve_theme(services.settings.theme)
         self._models_loaded = False
         self._conversations_loaded = False
         self._status_known = False
+        self._local_models: list[InstalledModel] = []
+        self._server_listings: list[ServerListing] = []
+        self._last_model: str | None = None  # what the picker showed before "Add server…" was chosen
+        self.serverDialog: ServerDialog | None = None
+        self.serversDialog: ServersDialog | None = None
         # Once closed, no new background work: the services may already be shutting down.
         self._closed = False
 
@@ -219,9 +250,11 @@ class MainWindow(QMainWindow):
         self._apply_theme()
 
         # Anything still in the trash was deleted in a session that ended before its undo bar expired.
-        self._run(services.store.purge_trashed, lambda _count: None)
+        if not self._read_only:
+            self._run(services.store.purge_trashed, lambda _count: None)
         self.refresh_conversations()
         self._run(services.library.list_models, self._show_models)
+        self._services.servers_service.refresh()
         self._run(self._chat.current_status, self._on_model_status)
         self._refresh_presets()
         self._run(warm_up_highlighting, lambda _none: None)
@@ -268,7 +301,7 @@ class MainWindow(QMainWindow):
         manage.addWidget(self.deleteButton)
         sidebar_layout.addLayout(manage)
 
-        self.modelPicker = QComboBox()
+        self.modelPicker = ModelPicker()
         self.modelPicker.setObjectName("modelPicker")
         self.modelPicker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.modelLabel = QLabel()
@@ -283,7 +316,24 @@ class MainWindow(QMainWindow):
         top.addWidget(self.settingsButton)
 
         self.undoBar = UndoBar()
+        self.damagedBanner = QFrame()
+        self.damagedBanner.setObjectName("damagedBanner")
+        self.damagedLabel = _plain_label("damagedLabel")
+        self.damagedLabel.setWordWrap(True)
+        self.salvageButton = QPushButton()
+        self.salvageButton.setObjectName("salvageButton")
+        self.salvageButton.clicked.connect(self.salvage_export)
+        self.restoreButton = QPushButton()
+        self.restoreButton.setObjectName("restoreButton")
+        self.restoreButton.clicked.connect(self.restore_from_backup)
+        damaged = QHBoxLayout(self.damagedBanner)
+        damaged.setContentsMargins(10, 4, 6, 4)
+        damaged.addWidget(self.damagedLabel, 1)
+        damaged.addWidget(self.salvageButton)
+        damaged.addWidget(self.restoreButton)
+        self.damagedBanner.setVisible(self._read_only)
         self.transcript = Transcript(confirm_open=confirm_open, open_url=open_url)
+        self.transcript.set_thinking_display(self._services.settings.show_thinking)
         self.editBanner = QFrame()
         self.editBanner.setObjectName("editBanner")
         self.editLabel = _plain_label("editLabel")
@@ -315,6 +365,7 @@ class MainWindow(QMainWindow):
         chat_layout.setContentsMargins(12, 10, 12, 10)
         chat_layout.addLayout(top)
         chat_layout.addWidget(self.undoBar)
+        chat_layout.addWidget(self.damagedBanner)
         chat_layout.addWidget(self.transcript, 1)
         chat_layout.addWidget(self.editBanner)
         chat_layout.addWidget(self.contextMeter)
@@ -322,6 +373,7 @@ class MainWindow(QMainWindow):
 
         self.settingsPanel = SettingsPanel()
         self.settingsPanel.preset_name_asker = self._ask
+        self.settingsPanel.set_thinking_display(self._services.settings.show_thinking)
         self.settingsPanel.hide()
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -339,6 +391,9 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.statusBackend)
         self.statusBar().addPermanentWidget(self.statusGpu)
         self.statusBar().addPermanentWidget(self.statusStats)
+        # Shows when the local API server is on, and when its requests are using the model.
+        self.localServerIndicator = LocalServerIndicator(self._services)
+        self.statusBar().addPermanentWidget(self.localServerIndicator)
 
         self._measure_timer = QTimer(self)
         self._measure_timer.setSingleShot(True)
@@ -383,6 +438,8 @@ class MainWindow(QMainWindow):
         self.modelsAction = self._action(
             self.viewMenu, "modelsAction", self.open_library, QKeySequence("Ctrl+Shift+M")
         )
+        self.localServerAction = self._action(self.viewMenu, "localServerAction", self.open_local_server)
+        self.serversAction = self._action(self.viewMenu, "serversAction", self.open_manage_servers)
         self.themeMenu = self.viewMenu.addMenu("")
         self._theme_actions: dict[str, QAction] = {}
         themes = QActionGroup(self)
@@ -435,6 +492,9 @@ class MainWindow(QMainWindow):
         self.stopButton.clicked.connect(self._stop)
         self.cancelEditButton.clicked.connect(self.cancel_edit)
         self.modelPicker.activated.connect(self._on_model_picked)
+        # Opening the picker tries again the servers that could not be listed.
+        self.modelPicker.opening.connect(self._services.servers_service.retry_failed)
+        self._services.servers_service.changed.connect(self._show_server_listings)
         self.settingsButton.toggled.connect(self._show_settings_panel)
         QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self._escape)
 
@@ -456,11 +516,14 @@ class MainWindow(QMainWindow):
         panel.modelDefaultsRequested.connect(self._save_model_defaults)
         panel.resetRequested.connect(self._reset_conversation_settings)
         panel.overflowPolicyChanged.connect(self._set_overflow_policy)
+        panel.thinkingDisplayChanged.connect(self._set_thinking_display)
         panel.closeRequested.connect(lambda: self.settingsButton.setChecked(False))
 
         chat = self._chat
         chat.replyStarted.connect(self._on_reply_started)
         chat.replyDelta.connect(self._on_reply_delta)
+        chat.replyReasoningDelta.connect(self._on_reply_reasoning)
+        chat.replyAnswerWasReasoning.connect(self._on_answer_was_reasoning)
         chat.replyContextNote.connect(self._on_context_note)
         chat.replyFinished.connect(self._on_reply_finished)
         chat.replyFailed.connect(self._on_reply_failed)
@@ -487,6 +550,14 @@ class MainWindow(QMainWindow):
             self.tr("Editing your message. Sending makes a new version; the original stays one click away.")
         )
         self.cancelEditButton.setText(self.tr("Cancel"))
+        self.damagedLabel.setText(
+            self.tr(
+                "The conversation database is damaged, so Hearth opened it read-only and changed nothing. "
+                "Export your conversations, or restore a backup."
+            )
+        )
+        self.salvageButton.setText(self.tr("Export all conversations…"))
+        self.restoreButton.setText(self.tr("Restore from backup…"))
         self.composer.setPlaceholderText(
             self.tr("Message Hearth… (Enter to send, Shift+Enter for a new line)")
         )
@@ -505,6 +576,8 @@ class MainWindow(QMainWindow):
         self.viewMenu.setTitle(self.tr("&View"))
         self.settingsAction.setText(self.tr("Chat &settings"))
         self.modelsAction.setText(self.tr("&Models…"))
+        self.localServerAction.setText(self.tr("Local API &server…"))
+        self.serversAction.setText(self.tr("Se&rvers…"))
         self.themeMenu.setTitle(self.tr("&Theme"))
         theme_names = {
             "system": self.tr("Follow the system"),
@@ -550,8 +623,10 @@ class MainWindow(QMainWindow):
 
     # -- background plumbing --------------------------------------------------------------------
 
-    def _run(self, fn: Callable[[], T], on_done: Callable[[T], None]) -> None:
-        """Run `fn` off the GUI thread; deliver its result here unless the window is gone by then."""
+    def _run(self, fn: Callable[[], T], on_done: Callable[[T], None], *, network: bool = False) -> None:
+        """Run `fn` off the GUI thread; deliver its result here unless the window is gone by then.
+
+        `network`: on the network worker, so a slow server never holds up database work."""
 
         if self._closed:
             return
@@ -564,7 +639,7 @@ class MainWindow(QMainWindow):
             if shiboken6.isValid(self) and not self._closed:
                 self._show_error(str(error))
 
-        self._services.background.call(fn, done, failed)
+        (self._services.network if network else self._services.background).call(fn, done, failed)
 
     def _show_error(self, message: str) -> None:
         self.statusBar().showMessage(message, ERROR_MESSAGE_MS)
@@ -708,9 +783,12 @@ class MainWindow(QMainWindow):
             entries = self._with_live_reply(entries)
         self.transcript.set_entries(entries)
         if focus is not None and focus in self._messages:
+            if focus == self._thinking_hit:
+                self.transcript.expand_thinking(focus)
             self.transcript.scroll_to_message(focus, flash=True)
         else:
             self.transcript.scroll_to_bottom()
+        self._thinking_hit = None
         self._schedule_measure()
 
     def _with_live_reply(self, entries: list[TranscriptEntry]) -> list[TranscriptEntry]:
@@ -721,7 +799,18 @@ class MainWindow(QMainWindow):
         if live.user_id not in ids and live.user_text is not None:
             entries.append(TranscriptEntry(live.user_id, "user", live.user_text))
         text = "".join(live.parts)
-        streaming = TranscriptEntry(live.assistant_id, "assistant", text, "streaming", context_note=live.note)
+        thought = None
+        if live.thinking_since is not None:
+            thought = (live.answer_since or time.monotonic()) - live.thinking_since
+        streaming = TranscriptEntry(
+            live.assistant_id,
+            "assistant",
+            text,
+            "streaming",
+            context_note=live.note,
+            reasoning="".join(live.reasoning) or None,
+            reasoning_seconds=thought,
+        )
         return [entry for entry in entries if entry.message_id != live.assistant_id] + [streaming]
 
     def _refresh_current(self) -> None:
@@ -856,6 +945,12 @@ class MainWindow(QMainWindow):
             if int(item.data(ID_ROLE)) == conversation_id:
                 self.conversationList.setCurrentItem(item)
         self.conversationList.blockSignals(False)
+        in_thinking = any(
+            hit.in_reasoning
+            for hit in self.searchPanel.hits
+            if (hit.conversation_id, hit.message_id) == (conversation_id, message_id)
+        )
+        self._thinking_hit = message_id if in_thinking else None
         self.open_conversation(conversation_id, focus_message=message_id)
 
     # -- export and import ----------------------------------------------------------------------
@@ -901,6 +996,58 @@ class MainWindow(QMainWindow):
         store = self._services.store
         self._run(lambda: store.import_file(path), self._imported)
 
+    # -- a damaged database ----------------------------------------------------------------------
+
+    def salvage_export(self) -> None:
+        """Export every conversation that can still be read from the damaged database, as JSON."""
+        folder = self._ask_folder(self, self.tr("Export all conversations to a folder"))
+        if folder is None:
+            return
+        store = self._services.store
+        self._run(lambda: export_readable(store, folder, "json"), self._salvaged)
+
+    def _salvaged(self, report: SalvageReport) -> None:
+        message = self.tr("Exported %n conversation(s)", "", len(report.written))
+        if report.unreadable:
+            message += " · " + self.tr("%n could not be read", "", len(report.unreadable))
+        self._show_info(message)
+
+    def restore_from_backup(self) -> None:
+        paths = self._services.paths
+        self._run(lambda: list_backups(paths), self._choose_backup)
+
+    def _choose_backup(self, backups: list[BackupInfo]) -> None:
+        if not backups:
+            folder = self._services.paths.backups_dir
+            self._show_error(self.tr("There are no backups in {folder}.").format(folder=folder))
+            return
+        names = [f"{b.created.astimezone():%Y-%m-%d %H:%M} · {b.path.name}" for b in backups]
+        index = self._ask_choice(self, self.tr("Restore from backup"), self.tr("Backup to restore:"), names)
+        if index is None:
+            return
+        question = self.tr(
+            "Replace the damaged database with this backup? The damaged file is kept in the backups folder."
+        )
+        if not self._confirm(self, self.tr("Restore from backup"), question, self.tr("Restore")):
+            return
+        services, chosen = self._services, backups[index].path
+
+        def restore() -> RestoreResult:
+            # Its read-only connections let go of the file before it is moved aside.
+            services.core.db.dispose()
+            return restore_backup(services.paths, chosen, lock_held=True)
+
+        self._run(restore, self._restored)
+
+    def _restored(self, result: RestoreResult) -> None:
+        self.damagedLabel.setText(
+            self.tr("Restored from {name}. Start Hearth again to continue writing.").format(
+                name=result.restored_from.name
+            )
+        )
+        self.restoreButton.setEnabled(False)
+        self.refresh_conversations()
+
     def _imported(self, report: ImportReport) -> None:
         source = self.tr("ChatGPT export") if report.source == "chatgpt" else self.tr("Hearth export")
         message = self.tr("Imported %n chat(s) from the {source}", "", report.conversations).format(
@@ -914,6 +1061,13 @@ class MainWindow(QMainWindow):
             self.open_conversation(report.conversation_ids[0])
 
     # -- per-conversation settings and presets --------------------------------------------------
+
+    def open_local_server(self) -> None:
+        if self._local_server_dialog is None:
+            self._local_server_dialog = LocalServerDialog(self._services, parent=self)
+        self._local_server_dialog.show()
+        self._local_server_dialog.raise_()
+        self._local_server_dialog.activateWindow()
 
     def open_library(self) -> None:
         if self._library_dialog is None:
@@ -1023,6 +1177,10 @@ class MainWindow(QMainWindow):
         self._services.update_settings(model_defaults=defaults)
         self._show_info(self.tr("New chats with {model} start from these settings").format(model=model))
 
+    def _set_thinking_display(self, display: str) -> None:
+        self._services.update_settings(show_thinking=display)
+        self.transcript.set_thinking_display(display)
+
     def _set_overflow_policy(self, policy: str) -> None:
         self._services.update_settings(overflow_policy=policy)
         self.contextMeter.set_policy(policy)
@@ -1066,28 +1224,116 @@ class MainWindow(QMainWindow):
 
     def _show_models(self, models: Sequence[InstalledModel]) -> None:
         self._models_loaded = True
-        self.modelPicker.clear()
-        for model in models:
-            self.modelPicker.addItem(model.name, model.name)
-        if not models:
-            self.modelPicker.setPlaceholderText(self.tr("No models installed"))
-            self._update_controls()
+        self._local_models = list(models)
+        self._fill_model_picker()
+        self._prepare_selected()
+
+    def _prepare_selected(self) -> None:
+        model = self._selected_model()
+        if model is None or not self._preload_model or self._chat.busy:
             return
-        preferred = self.modelPicker.findData(self._services.settings.default_model)
-        self.modelPicker.setCurrentIndex(max(preferred, 0))
+        local = next((m for m in self._local_models if m.name == model), None)
+        # A model that crashed the runner last time waits for the user to ask for it again, and says so.
+        if local is not None and local.last_load_error:
+            self.statusBar().showMessage(
+                self.tr(
+                    "{model} was not loaded automatically: it crashed last time ({error}). "
+                    "Send a message to try it again."
+                ).format(model=model, error=local.last_load_error),
+                ERROR_MESSAGE_MS,
+            )
+            return
+        # For a model on a server this loads nothing; the status bar then names the server.
+        self._chat.preload(model)
+        self._schedule_measure()
+
+    def _fill_model_picker(self) -> bool:
+        """Local models, then each server's, then "Add server…" and "Manage servers…". Returns whether the
+        selection changed."""
+        picker = self.modelPicker
+        before = self._selected_model()
+        picker.clear()
+        for model in self._local_models:
+            picker.addItem(model.name, model.name)
+        for listing in self._server_listings:
+            if listing.error is not None:
+                picker.addItem(self.tr("{server}: not reachable").format(server=listing.server.name), None)
+                picker.setItemData(picker.count() - 1, listing.error, Qt.ItemDataRole.ToolTipRole)
+                item = cast(QStandardItemModel, picker.model()).item(picker.count() - 1)
+                item.setEnabled(False)
+            for remote in listing.models:
+                name = f"{listing.server.name}/{remote.id}"
+                picker.addItem(name, name)
+        picker.insertSeparator(picker.count())
+        picker.addItem(self.tr("Add server…"), ADD_SERVER)
+        if self._services.servers_service.entries():
+            picker.addItem(self.tr("Manage servers…"), MANAGE_SERVERS)
+        models = [
+            i for i in range(picker.count()) if picker.itemData(i) not in (None, ADD_SERVER, MANAGE_SERVERS)
+        ]
+        wanted = [picker.findData(name) for name in (self._services.settings.default_model, before) if name]
+        found = [i for i in wanted if i >= 0]
+        picker.setCurrentIndex(found[0] if found else models[0] if models else -1)
+        if not models:
+            picker.setPlaceholderText(self.tr("No models installed"))
+        self._last_model = self._selected_model()
         self._update_controls()
-        self._load_settings_panel(self._conversations.get(self._current_id) if self._current_id else None)
-        chosen = models[self.modelPicker.currentIndex()]
-        # A model that crashed the runner last time waits for the user to ask for it again.
-        if self._preload_model and not chosen.last_load_error:
-            self._chat.preload(chosen.name)
-            self._schedule_measure()
+        if models:
+            self._load_settings_panel(self._conversations.get(self._current_id) if self._current_id else None)
+        return self._selected_model() != before
+
+    def _show_server_listings(self) -> None:
+        if self._closed:
+            return
+        service = self._services.servers_service
+        listings, managed = service.listings(), bool(service.entries())
+        if listings == self._server_listings and managed == (self.modelPicker.findData(MANAGE_SERVERS) >= 0):
+            return  # a server is being checked: nothing the picker shows changed
+        self._server_listings = listings
+        if self._fill_model_picker() and self._models_loaded:
+            self._prepare_selected()
+
+    def open_add_server(self) -> ServerDialog:
+        dialog = ServerDialog(self._services.servers, self._services.network, self, ask_open=self._ask_open)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.added.connect(self._on_server_added)
+        self.serverDialog = dialog
+        dialog.open()
+        return dialog
+
+    def open_manage_servers(self) -> ServersDialog:
+        if self.serversDialog is None:
+            self.serversDialog = ServersDialog(
+                self._services.servers_service, self, confirm=self._confirm, ask_open=self._ask_open
+            )
+            self.serversDialog.addRequested.connect(self.open_add_server)
+        self.serversDialog.show()
+        self.serversDialog.raise_()
+        self.serversDialog.activateWindow()
+        return self.serversDialog
+
+    def _on_server_added(self, added: ServerAdded) -> None:
+        self._services.servers_service.add(added.server, added.models)
+        message = self.tr("Added {server} with {count} models").format(
+            server=added.server.name, count=len(added.models)
+        )
+        self._show_info(f"{message}. {added.key_note}" if added.key_note else message)
 
     def _selected_model(self) -> str | None:
         name = self.modelPicker.currentData()
-        return name if isinstance(name, str) else None
+        return name if isinstance(name, str) and name not in (ADD_SERVER, MANAGE_SERVERS) else None
 
-    def _on_model_picked(self, _index: int) -> None:
+    def _on_model_picked(self, index: int) -> None:
+        chosen = self.modelPicker.itemData(index)
+        if chosen in (ADD_SERVER, MANAGE_SERVERS):
+            previous = self.modelPicker.findData(self._last_model) if self._last_model else -1
+            self.modelPicker.setCurrentIndex(previous)
+            if chosen == ADD_SERVER:
+                self.open_add_server()
+            else:
+                self.open_manage_servers()
+            return
+        self._last_model = self._selected_model()
         model = self._selected_model()
         if model is not None and model != self._services.settings.default_model:
             self._services.update_settings(default_model=model)
@@ -1118,6 +1364,10 @@ class MainWindow(QMainWindow):
         model = self._selected_model()
         # Measuring loads the model; a window told not to preload (the smoke test) leaves it alone.
         if model is None or not self._preload_model or self._closed or self._creating:
+            return
+        if split_model_name(model) is not None:
+            # A server counts with its own tokenizer and enforces its own context.
+            self.contextMeter.set_usage(None)
             return
         self._chat.measure_context(self._current_id, self.composer.toPlainText(), model)
 
@@ -1274,7 +1524,28 @@ class MainWindow(QMainWindow):
         if live is None or assistant_message_id != live.assistant_id:
             return
         live.parts.append(text)
+        if live.thinking_since is not None and live.answer_since is None:
+            live.answer_since = time.monotonic()
         self.transcript.append_delta(assistant_message_id, text)
+
+    def _on_reply_reasoning(self, assistant_message_id: int, text: str) -> None:
+        live = self._live
+        if live is None or assistant_message_id != live.assistant_id:
+            return
+        if live.thinking_since is None:
+            live.thinking_since = time.monotonic()
+        live.reasoning.append(text)
+        self.transcript.append_reasoning(assistant_message_id, text)
+
+    def _on_answer_was_reasoning(self, assistant_message_id: int) -> None:
+        live = self._live
+        if live is None or assistant_message_id != live.assistant_id:
+            return
+        live.reasoning = [*live.parts, *live.reasoning]
+        live.parts = []
+        live.thinking_since = live.thinking_since or time.monotonic()
+        live.answer_since = None
+        self.transcript.answer_was_reasoning(assistant_message_id)
 
     def _on_reply_finished(self, assistant_message_id: int, stats: GenerationStats, status: str) -> None:
         note = self._live.note if self._live is not None else None
@@ -1313,14 +1584,19 @@ class MainWindow(QMainWindow):
         busy = self._chat.busy
         has_model = self._selected_model() is not None
         selected = self.conversationList.currentItem() is not None
-        self.sendButton.setEnabled(has_model and not busy)
+        writable = not self._read_only
+        self.sendButton.setEnabled(has_model and not busy and writable)
         self.stopButton.setEnabled(busy)
-        self.modelPicker.setEnabled(has_model and not busy)
-        self.renameButton.setEnabled(selected)
-        self.pinButton.setEnabled(selected)
-        self.deleteButton.setEnabled(selected)
+        # Enabled without models too: "Add server…" is in it.
+        self.modelPicker.setEnabled(not busy and writable)
+        self.composer.setEnabled(writable)
+        for control in (self.renameButton, self.pinButton, self.deleteButton):
+            control.setEnabled(selected and writable)
+        for action in (self.newChatAction, self.importAction):
+            action.setEnabled(writable)
+        self.newChatButton.setEnabled(writable)
         self._update_pin_button()
-        self.transcript.set_editing_enabled(not busy)
+        self.transcript.set_editing_enabled(not busy and writable)
         has_chat = self._current_id is not None
         self.exportMarkdownAction.setEnabled(has_chat)
         self.exportJsonAction.setEnabled(has_chat)

@@ -30,15 +30,26 @@ def provenance_rows(message: Message, model_file: str | None) -> list[tuple[str,
     sampling = message.sampling or {}
     shown = [f"{key} = {sampling[key]}" for key in SAMPLING_ORDER if key in sampling]
     shown += [f"{key} = {value}" for key, value in sorted(sampling.items()) if key not in SAMPLING_ORDER]
-    rows = [
-        (QCoreApplication.translate("Provenance", "Model"), message.model_name or unknown),
-        (QCoreApplication.translate("Provenance", "Model file"), model_file or unknown),
-        (QCoreApplication.translate("Provenance", "Quantization"), message.quantization or unknown),
-        (
-            QCoreApplication.translate("Provenance", "SHA-256"),
-            f"{message.model_sha256[:SHA_PREFIX]}…" if message.model_sha256 else unknown,
-        ),
-        (QCoreApplication.translate("Provenance", "Chat template"), _template(message.template)),
+    rows = [(QCoreApplication.translate("Provenance", "Model"), message.model_name or unknown)]
+    if message.server_name:
+        # A server's reply: its file, quantization and template are the server's, not known here.
+        rows.append(
+            (
+                QCoreApplication.translate("Provenance", "Server"),
+                f"{message.server_name} ({message.server_url or unknown})",
+            )
+        )
+    else:
+        rows += [
+            (QCoreApplication.translate("Provenance", "Model file"), model_file or unknown),
+            (QCoreApplication.translate("Provenance", "Quantization"), message.quantization or unknown),
+            (
+                QCoreApplication.translate("Provenance", "SHA-256"),
+                f"{message.model_sha256[:SHA_PREFIX]}…" if message.model_sha256 else unknown,
+            ),
+            (QCoreApplication.translate("Provenance", "Chat template"), _template(message.template)),
+        ]
+    rows += [
         (QCoreApplication.translate("Provenance", "Sampling"), ", ".join(shown) if shown else unknown),
         (
             QCoreApplication.translate("Provenance", "Seed"),

@@ -112,6 +112,8 @@ class HitDelegate(QStyledItemDelegate):
             where = self.tr("Title")
         elif hit.role == "user":
             where = self.tr("You")
+        elif hit.in_reasoning:
+            where = self.tr("Hearth (thinking)")
         else:
             where = self.tr("Hearth")
         title = snippet_html(hit.snippet, theme.hit_bg) if hit.message_id is None else html.escape(hit.title)

@@ -50,6 +50,8 @@ class SettingsPanel(QWidget):
     modelDefaultsRequested = Signal(object, object)
     resetRequested = Signal()
     overflowPolicyChanged = Signal(str)
+    # How replies' reasoning is shown, for every chat: "collapsed", "expanded" or "hidden".
+    thinkingDisplayChanged = Signal(str)
     closeRequested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -94,6 +96,10 @@ class SettingsPanel(QWidget):
         self.overflowPolicy.setObjectName("overflowPolicy")
         self.overflowPolicy.addItem("", "drop_oldest")
         self.overflowPolicy.addItem("", "refuse")
+        self.thinkingDisplay = QComboBox()
+        self.thinkingDisplay.setObjectName("thinkingDisplay")
+        for display in ("collapsed", "expanded", "hidden"):
+            self.thinkingDisplay.addItem("", display)
 
         self.saveDefaults = QPushButton()
         self.saveDefaults.setObjectName("saveModelDefaults")
@@ -122,6 +128,7 @@ class SettingsPanel(QWidget):
             self.maxTokens,
             self.contextLength,
             self.overflowPolicy,
+            self.thinkingDisplay,
         ]
         for name, widget in zip(_FIELD_NAMES, fields, strict=True):
             self._labels[name].setBuddy(widget)
@@ -174,6 +181,7 @@ class SettingsPanel(QWidget):
         self.saveDefaults.clicked.connect(self._save_defaults)
         self.resetButton.clicked.connect(self.resetRequested)
         self.overflowPolicy.activated.connect(self._policy_picked)
+        self.thinkingDisplay.activated.connect(self._thinking_picked)
         self.preset_name_asker: AskText | None = None
         self.retranslate()
 
@@ -214,6 +222,7 @@ class SettingsPanel(QWidget):
             "max_tokens": self.tr("Max tokens"),
             "context_length": self.tr("Context length"),
             "overflow_policy": self.tr("When full"),
+            "show_thinking": self.tr("Thinking"),
         }
         for name, text in labels.items():
             self._labels[name].setText(text)
@@ -222,6 +231,12 @@ class SettingsPanel(QWidget):
         self.overflowPolicy.setItemText(1, self.tr("Refuse to send"))
         self.overflowPolicy.setToolTip(
             self.tr("For every chat: the system prompt is always kept, and the reply says what was left out")
+        )
+        self.thinkingDisplay.setItemText(0, self.tr("Collapsed"))
+        self.thinkingDisplay.setItemText(1, self.tr("Expanded"))
+        self.thinkingDisplay.setItemText(2, self.tr("Hidden"))
+        self.thinkingDisplay.setToolTip(
+            self.tr("For every chat: how a reasoning model's thinking is first shown above its answer")
         )
         self.contextNote.setText(self.tr("A new context length applies when the model is next loaded."))
         self.saveDefaults.setText(self.tr("Use for this model"))
@@ -254,6 +269,9 @@ class SettingsPanel(QWidget):
     def set_policy(self, policy: str) -> None:
         index = self.overflowPolicy.findData(policy)
         self.overflowPolicy.setCurrentIndex(max(0, index))
+
+    def set_thinking_display(self, display: str) -> None:
+        self.thinkingDisplay.setCurrentIndex(max(0, self.thinkingDisplay.findData(display)))
 
     def values(self) -> dict[str, Any]:
         seed = self.seed.value()
@@ -342,6 +360,9 @@ class SettingsPanel(QWidget):
     def _policy_picked(self, _index: int) -> None:
         self.overflowPolicyChanged.emit(str(self.overflowPolicy.currentData()))
 
+    def _thinking_picked(self, _index: int) -> None:
+        self.thinkingDisplayChanged.emit(str(self.thinkingDisplay.currentData()))
+
 
 _FIELD_NAMES = (
     "temperature",
@@ -353,4 +374,5 @@ _FIELD_NAMES = (
     "max_tokens",
     "context_length",
     "overflow_policy",
+    "show_thinking",
 )

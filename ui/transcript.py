@@ -88,6 +88,10 @@ MAX_RENDERED_ROWS = 300
 IDLE_SLICE_S = 0.004
 COPIED_FEEDBACK_MS = 1_500
 FLASH_MS = 1_600
+# How often the "Thinking… 3.2 s" label of a reply that is thinking right now is repainted.
+THINKING_TICK_MS = 100
+# How a reply's reasoning is first shown (app.settings.THINKING_DISPLAYS).
+THINKING_DISPLAYS = ("collapsed", "expanded", "hidden")
 
 VIEW_MARGIN = 16
 ROW_SPACING = 10
@@ -97,6 +101,8 @@ GAP = 4
 SEGMENT_GAP = 8
 ACTION_HEIGHT = 24
 ACTION_PAD = 8
+# The expanded reasoning sits right of a thin rule, indented this much.
+THINKING_INDENT = 12
 
 CONTEXT = "Transcript"
 ROLE_LABELS = {
@@ -186,6 +192,10 @@ class TranscriptEntry:
     sibling_index: int = 1
     sibling_count: int = 1
     context_note: str | None = None
+    reasoning: str | None = None
+    # Finished: how long the model thought. Streaming: how long it has thought so far (the view's clock
+    # takes over from there).
+    reasoning_seconds: float | None = None
 
 
 @dataclass
@@ -202,6 +212,9 @@ class _Geometry:
     stats: QRectF | None
     actions: list[tuple[str, QRectF]]
     height: int
+    # The "Thinking" line (click to expand or collapse) and, when expanded, the top of the reasoning.
+    thinking: QRectF | None = None
+    thinking_top: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -227,10 +240,24 @@ class _Fonts:
 class MessageRow:
     """One message: its text, its rendered blocks (when near the viewport) and its painted layout."""
 
-    def __init__(self, entry: TranscriptEntry) -> None:
+    def __init__(self, entry: TranscriptEntry, *, thinking_display: str = "collapsed") -> None:
         self.entry = entry
         self._parts = [entry.content]
         self._pending: list[str] = []
+        self._reasoning = [entry.reasoning] if entry.reasoning else []
+        self._reasoning_pending: list[str] = []
+        # The reasoning's document: only while the section is expanded and the row is rendered.
+        self.thinking: Segment | None = None
+        self.show_thinking = thinking_display != "hidden"
+        self.expanded = thinking_display == "expanded"
+        # The view's clock for a reply thinking right now (monotonic seconds).
+        self.thinking_started: float | None = None
+        self.thinking_ended: float | None = None
+        self._first_text_at: float | None = None
+        if entry.status == "streaming" and entry.reasoning:
+            now = time.monotonic()
+            self.thinking_started = now - (entry.reasoning_seconds or 0.0)
+            self.thinking_ended = now if entry.content else None
         self.segments: list[Segment] | None = None
         self._splitter: BlockSplitter | None = None
         self._tail: Segment | None = None
@@ -268,6 +295,37 @@ class MessageRow:
     @property
     def text(self) -> str:
         return "".join(self._parts) + "".join(self._pending)
+
+    @property
+    def reasoning_text(self) -> str:
+        return "".join(self._reasoning) + "".join(self._reasoning_pending)
+
+    @property
+    def has_thinking(self) -> bool:
+        """A "Thinking" section is shown: there is reasoning, and the user has not hidden it."""
+        return self.show_thinking and bool(self._reasoning or self._reasoning_pending)
+
+    @property
+    def thinking_live(self) -> bool:
+        return self.streaming and self.thinking_started is not None and self.thinking_ended is None
+
+    def thinking_label(self, now: float) -> str:
+        arrow = "▾" if self.expanded else "▸"
+        if self.thinking_live:
+            assert self.thinking_started is not None
+            seconds = f"{max(0.0, now - self.thinking_started):.1f}"
+            return f"{arrow} " + QCoreApplication.translate("Transcript", "Thinking… {seconds} s").format(
+                seconds=seconds
+            )
+        elapsed = self.entry.reasoning_seconds
+        if elapsed is None and self.thinking_started is not None and self.thinking_ended is not None:
+            elapsed = self.thinking_ended - self.thinking_started
+        if elapsed is None:
+            return f"{arrow} " + QCoreApplication.translate("Transcript", "Thinking")
+        seconds = f"{elapsed:.1f}" if elapsed < 10 else f"{elapsed:.0f}"
+        return f"{arrow} " + QCoreApplication.translate("Transcript", "Thought for {seconds} s").format(
+            seconds=seconds
+        )
 
     @property
     def badge_text(self) -> str:
@@ -349,9 +407,65 @@ class MessageRow:
         self.geometry = None
         self._backlog.clear()
         self._tail = None
+        self.thinking = None
 
     def append(self, text: str) -> None:
+        now = time.monotonic()
+        if self._first_text_at is None:
+            self._first_text_at = now
+        if self.thinking_live:
+            # The answer has begun: the thinking is over.
+            self.thinking_ended = now
         self._pending.append(text)
+
+    def append_reasoning(self, text: str) -> None:
+        now = time.monotonic()
+        if self._first_text_at is None:
+            self._first_text_at = now
+        if self.thinking_started is None:
+            self.thinking_started = now
+        self._reasoning_pending.append(text)
+
+    def answer_was_reasoning(self) -> None:
+        """The model closed a thinking block it never opened: the answer shown so far was its thinking and
+        moves into the Thinking section (collapsed unless the user expands it), and the answer starts over."""
+        moved = self.text
+        self._parts = []
+        self._pending = []
+        if moved:
+            self._reasoning = [moved, *self._reasoning]
+        self.thinking = None
+        self.thinking_started = self._first_text_at if self._first_text_at is not None else time.monotonic()
+        self.thinking_ended = None
+        if self._splitter is not None:
+            self._splitter = BlockSplitter()
+        if self.segments is not None:
+            self.segments = []
+        self._backlog.clear()
+        self._tail = None
+        self._tail_stale = False
+        self.geometry = None
+        self.measured_width = None
+
+    def set_expanded(self, expanded: bool) -> None:
+        self.expanded = expanded
+        if not expanded:
+            self.thinking = None
+        self.geometry = None
+        self.measured_width = None
+
+    def set_thinking_display(self, display: str) -> None:
+        self.show_thinking = display != "hidden"
+        self.set_expanded(display == "expanded")
+
+    def _ensure_thinking(self, style: RenderStyle) -> bool:
+        """Render the reasoning when its section is open. Plain text, grown by appends while it streams:
+        per-flush work stays proportional to the new text however long the model thinks."""
+        if self.thinking is not None or not self.expanded or not self.has_thinking:
+            return False
+        # Not the pending text: apply_pending appends it when it moves it.
+        self.thinking = render_plain("".join(self._reasoning), style)
+        return True
 
     def apply_pending(self, style: RenderStyle, deadline: float) -> bool:
         """Move queued text into the documents: new settled blocks once each, then the tail.
@@ -359,6 +473,13 @@ class MessageRow:
         Rendering stops at `deadline`; what is left waits in the backlog for the next call.
         """
         changed = False
+        if self._reasoning_pending:
+            reasoning = "".join(self._reasoning_pending)
+            self._reasoning_pending.clear()
+            self._reasoning.append(reasoning)
+            changed = True
+            if self.thinking is not None:
+                append_plain(self.thinking, reasoning)
         if self._pending:
             text = "".join(self._pending)
             self._pending.clear()
@@ -373,16 +494,20 @@ class MessageRow:
                 self._tail_stale = True
         if self.segments is None:
             return changed
+        changed = self._ensure_thinking(style) or changed
         return self._drain(style, deadline) or changed
 
     def finish(self, style: RenderStyle, entry: TranscriptEntry, deadline: float) -> None:
         self.apply_pending(style, deadline)
+        if self.thinking_live:
+            # Cut off mid-thought (or the whole reply was thinking).
+            self.thinking_ended = time.monotonic()
         if self._splitter is not None and self.segments is not None:
             self._backlog.extend(self._splitter.finish())
         self._splitter = None
         self._tail = None
         self._tail_stale = False
-        self.entry = replace(entry, content=self.text)
+        self.entry = replace(entry, content=self.text, reasoning=self.reasoning_text or None)
         if self.segments is not None:
             self._drain(style, deadline)
         self.geometry = None
@@ -433,16 +558,22 @@ class MessageRow:
         per_line = max(20.0, self._content_width(width) / fonts.average_char)
         text = self.text
         lines = text.count("\n") + len(text) / per_line + 1
+        if self.has_thinking:
+            lines += 1
+            if self.expanded:
+                reasoning = self.reasoning_text
+                lines += reasoning.count("\n") + len(reasoning) / per_line
         return math.ceil(fonts.chrome + lines * fonts.line)
 
     def layout(self, width: int, style: RenderStyle, fonts: _Fonts, deadline: float) -> int:
         """Exact geometry for `width`; renders first if needed (see `render`). Returns the height."""
         self.render(style, deadline)
         assert self.segments is not None
+        self._ensure_thinking(style)
         content = self._content_width(width)
         role_h = QFontMetricsF(fonts.role).height()
         header = QRectF(ROW_PAD, ROW_PAD, content, role_h)
-        body_top = header.bottom() + GAP
+        thinking, thinking_top, body_top = self._place_thinking(content, header.bottom() + GAP, fonts)
         tops: list[float] = []
         y = body_top
         for segment in self.segments:
@@ -451,7 +582,9 @@ class MessageRow:
         if self._tail is not None:
             y += self._tail.layout(content) + SEGMENT_GAP
         body = max(0.0, y - body_top - SEGMENT_GAP)
-        geometry = _Geometry(width, header, body_top, tops, body, None, None, None, [], 0)
+        geometry = _Geometry(
+            width, header, body_top, tops, body, None, None, None, [], 0, thinking, thinking_top
+        )
         self.geometry = geometry
         self._layout_footer(fonts)
         self.measured_width = width
@@ -462,6 +595,14 @@ class MessageRow:
         geometry = self.geometry
         assert geometry is not None and self.segments is not None
         content = self._content_width(geometry.width)
+        # The reasoning above the answer may have grown (or appeared): the answer's blocks move down.
+        thinking, thinking_top, body_top = self._place_thinking(
+            content, geometry.header.bottom() + GAP, fonts
+        )
+        shift = body_top - geometry.body_top
+        if shift:
+            geometry.seg_tops = [top + shift for top in geometry.seg_tops]
+        geometry.thinking, geometry.thinking_top, geometry.body_top = thinking, thinking_top, body_top
         y = geometry.body_top
         if geometry.seg_tops:
             last = len(geometry.seg_tops) - 1
@@ -473,6 +614,24 @@ class MessageRow:
             y += self._tail.layout(content) + SEGMENT_GAP
         geometry.body_height = max(0.0, y - geometry.body_top - SEGMENT_GAP)
         self._layout_footer(fonts)
+
+    def _place_thinking(
+        self, content: float, top: float, fonts: _Fonts
+    ) -> tuple[QRectF | None, float, float]:
+        """(the "Thinking" line, the top of the reasoning, the top of the answer), the row's body starting
+        at `top`."""
+        if not self.has_thinking:
+            return None, top, top
+        line = QRectF(ROW_PAD, top, content, math.ceil(QFontMetricsF(fonts.small).height()) + 4)
+        reasoning_top = line.bottom() + GAP
+        y = reasoning_top
+        if self.expanded and self.thinking is not None:
+            y += self.thinking.layout(self._thinking_width(content)) + SEGMENT_GAP
+        return line, reasoning_top, y
+
+    @staticmethod
+    def _thinking_width(content: float) -> float:
+        return max(40.0, content - THINKING_INDENT)
 
     def _layout_footer(self, fonts: _Fonts) -> None:
         geometry = self.geometry
@@ -594,6 +753,7 @@ class Transcript(QAbstractScrollArea):
         self._settling = False
         self._idle_queue: list[int] = []
         self._idle_next = 0
+        self._thinking_display = "collapsed"
 
         self._flush_timer = QTimer(self)
         self._flush_timer.setSingleShot(True)
@@ -609,6 +769,9 @@ class Transcript(QAbstractScrollArea):
         self._flash_timer = QTimer(self)
         self._flash_timer.setSingleShot(True)
         self._flash_timer.timeout.connect(self.viewport().update)
+        self._thinking_timer = QTimer(self)
+        self._thinking_timer.setInterval(THINKING_TICK_MS)
+        self._thinking_timer.timeout.connect(self._tick_thinking)
 
         bar = self.verticalScrollBar()
         bar.setSingleStep(40)
@@ -684,7 +847,27 @@ class Transcript(QAbstractScrollArea):
         return list(self._rows)
 
     def entries(self) -> list[TranscriptEntry]:
-        return [replace(row.entry, content=row.text) for row in self._rows]
+        return [
+            replace(row.entry, content=row.text, reasoning=row.reasoning_text or None) for row in self._rows
+        ]
+
+    def _new_row(self, entry: TranscriptEntry) -> MessageRow:
+        return MessageRow(entry, thinking_display=self._thinking_display)
+
+    @property
+    def thinking_display(self) -> str:
+        return self._thinking_display
+
+    def set_thinking_display(self, display: str) -> None:
+        """How every reply's reasoning is shown from now on: "collapsed", "expanded" or "hidden"."""
+        if display not in THINKING_DISPLAYS:
+            raise ValueError(f"display must be one of {THINKING_DISPLAYS}, not {display!r}")
+        if display == self._thinking_display:
+            return
+        self._thinking_display = display
+        for row in self._rows:
+            row.set_thinking_display(display)
+        self._relayout_all()
 
     def clear(self) -> None:
         self._flush_timer.stop()
@@ -698,7 +881,7 @@ class Transcript(QAbstractScrollArea):
 
     def set_entries(self, entries: Sequence[TranscriptEntry]) -> None:
         self.clear()
-        self._rows = [MessageRow(entry) for entry in entries]
+        self._rows = [self._new_row(entry) for entry in entries]
         self._reindex()
         for row in self._rows:
             row.height = row.estimate(self._width, self._fonts)
@@ -706,7 +889,7 @@ class Transcript(QAbstractScrollArea):
         self.scroll_to_bottom()
 
     def add_entry(self, entry: TranscriptEntry) -> MessageRow:
-        row = MessageRow(entry)
+        row = self._new_row(entry)
         row.height = row.estimate(self._width, self._fonts)
         if entry.message_id in self._index:
             self.remove_from(entry.message_id)
@@ -734,10 +917,16 @@ class Transcript(QAbstractScrollArea):
         row = self.row(entry.message_id)
         if row is None or row.streaming:
             return
-        if entry.content != row.text or entry.role != row.role:
+        if (
+            entry.content != row.text
+            or entry.role != row.role
+            or (entry.reasoning or "") != row.reasoning_text
+        ):
             index = self._index[entry.message_id]
-            self._rows[index] = MessageRow(entry)
+            self._rows[index] = self._new_row(entry)
             self._rows[index].height = row.height
+            if row.has_thinking:
+                self._rows[index].expanded = row.expanded
         else:
             row.entry = entry
             row.geometry = None
@@ -801,6 +990,81 @@ class Transcript(QAbstractScrollArea):
         self._dirty.add(message_id)
         if not self._flush_timer.isActive():
             self._flush_timer.start(FLUSH_INTERVAL_MS)
+
+    def append_reasoning(self, message_id: int, text: str) -> None:
+        """Queue reasoning for a streaming row, like append_delta; the Thinking label's clock starts."""
+        row = self.row(message_id)
+        if row is None:
+            return
+        row.append_reasoning(text)
+        self._dirty.add(message_id)
+        if not self._flush_timer.isActive():
+            self._flush_timer.start(FLUSH_INTERVAL_MS)
+        if row.thinking_live and not self._thinking_timer.isActive():
+            self._thinking_timer.start()
+
+    def answer_was_reasoning(self, message_id: int) -> None:
+        """The reply's answer so far was its thinking: it moves into the Thinking section."""
+        index = self._index.get(message_id)
+        if index is None:
+            return
+        row = self._rows[index]
+        old = row.height
+        row.answer_was_reasoning()
+        row.height = row.estimate(self._width, self._fonts)
+        self._height_changed(index, row.height - old, at_end=True)
+        self._dirty.add(message_id)
+        if not self._flush_timer.isActive():
+            self._flush_timer.start(FLUSH_INTERVAL_MS)
+        if not self._thinking_timer.isActive():
+            self._thinking_timer.start()
+        self._after_growth()
+
+    def toggle_thinking(self, message_id: int) -> None:
+        """Expand or collapse a reply's Thinking section, keeping its label where the user clicked it."""
+        index = self._index.get(message_id)
+        if index is None or not self._rows[index].has_thinking:
+            return
+        row = self._rows[index]
+        row.set_expanded(not row.expanded)
+        self._measure(index, at_end=True)
+        self._update_scroll_range()
+        geometry = row.geometry
+        if geometry is not None and geometry.thinking is not None:
+            self._ensure_visible(index, geometry.thinking)
+        self.viewport().update()
+
+    def expand_thinking(self, message_id: int) -> None:
+        """Open a reply's Thinking section (a search found words in it), unless thinking is hidden."""
+        row = self.row(message_id)
+        if row is not None and row.has_thinking and not row.expanded:
+            row.set_expanded(True)
+            self._relayout_all()
+
+    def thinking_rect(self, message_id: int) -> QRect:
+        """The Thinking label of a reply, in viewport coordinates, after scrolling it into view."""
+        index = self._index[message_id]
+        self._measure(index)
+        geometry = self._rows[index].geometry
+        assert geometry is not None
+        if geometry.thinking is None:
+            raise KeyError(f"message {message_id} shows no thinking")
+        self._ensure_visible(index, geometry.thinking)
+        return geometry.thinking.translated(self._row_origin(index)).toAlignedRect()
+
+    def _tick_thinking(self) -> None:
+        """Repaint only the labels of replies thinking right now, so their clocks run."""
+        live = False
+        value = self.verticalScrollBar().value()
+        for index in self._visible_range(value, value + self.viewport().height()):
+            row = self._rows[index]
+            if row.thinking_live and row.geometry is not None and row.geometry.thinking is not None:
+                live = True
+                self.viewport().update(
+                    row.geometry.thinking.translated(self._row_origin(index)).toAlignedRect()
+                )
+        if not live and not any(row.thinking_live for row in self._rows):
+            self._thinking_timer.stop()
 
     def flush(self) -> None:
         deadline = self._deadline()
@@ -1154,6 +1418,8 @@ class Transcript(QAbstractScrollArea):
         painter.setFont(self._fonts.role)
         painter.setPen(QColor(theme.role))
         painter.drawText(geometry.header, int(Qt.AlignmentFlag.AlignLeft), _tr(ROLE_LABELS.get(row.role, "")))
+        if geometry.thinking is not None:
+            self._paint_thinking(painter, row, top, bottom, now)
 
         for y, segment in row.segments_between(top, bottom):
             self._paint_segment(painter, row, segment, QPointF(ROW_PAD, y), top - y, bottom - y)
@@ -1170,6 +1436,42 @@ class Transcript(QAbstractScrollArea):
             painter.setPen(QColor(theme.muted))
             painter.drawText(geometry.stats, flags, row.stats_text)
         self._paint_actions(painter, row)
+
+    def _paint_thinking(
+        self, painter: QPainter, row: MessageRow, top: float, bottom: float, now: float
+    ) -> None:
+        """The "Thinking" label and, when expanded, the reasoning: muted, right of a thin rule."""
+        geometry = row.geometry
+        assert geometry is not None and geometry.thinking is not None
+        theme = self._theme
+        label = geometry.thinking
+        hovered = self._hover == _Hit(row.message_id, "thinking", "toggle")
+        if hovered:
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(QColor(theme.list_hover))
+            painter.drawRoundedRect(label.adjusted(-4, 0, 4, 0), 5, 5)
+        painter.setFont(self._fonts.small)
+        painter.setPen(QColor(theme.text if hovered else theme.muted))
+        painter.drawText(
+            label, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), row.thinking_label(now)
+        )
+        document = row.thinking
+        if document is None or not row.expanded:
+            return
+        y = geometry.thinking_top
+        if y > bottom or y + document.height < top:
+            return
+        painter.setPen(QPen(QColor(theme.border), 2))
+        painter.drawLine(QPointF(ROW_PAD + 1, y), QPointF(ROW_PAD + 1, y + document.height))
+        painter.save()
+        painter.translate(QPointF(ROW_PAD + THINKING_INDENT, y))
+        context = QAbstractTextDocumentLayout.PaintContext()
+        context.clip = QRectF(0, top - y, document.width, bottom - top)
+        palette = QPalette(self.palette())
+        palette.setColor(QPalette.ColorRole.Text, QColor(theme.muted))
+        context.palette = palette
+        document.document.documentLayout().draw(painter, context)
+        painter.restore()
 
     def _paint_segment(
         self, painter: QPainter, row: MessageRow, segment: Segment, at: QPointF, top: float, bottom: float
@@ -1253,6 +1555,8 @@ class Transcript(QAbstractScrollArea):
             if row.geometry is None:
                 continue
             local = QPointF(pos.x() - VIEW_MARGIN, y - self._top(index))
+            if row.geometry.thinking is not None and row.geometry.thinking.contains(local):
+                return _Hit(row.message_id, "thinking", "toggle")
             for name, rect in row.geometry.actions:
                 if rect.contains(local) and name != "sibling":
                     return _Hit(row.message_id, "action", name)
@@ -1300,6 +1604,8 @@ class Transcript(QAbstractScrollArea):
     def _activate(self, hit: _Hit) -> None:
         if hit.kind == "link":
             self._open_link(QUrl(hit.key))
+        elif hit.kind == "thinking":
+            self.toggle_thinking(hit.message_id)
         elif hit.kind == "code":
             self._copy_code(hit)
         elif self.action_enabled(hit.message_id, hit.key):
@@ -1378,6 +1684,14 @@ class Transcript(QAbstractScrollArea):
             return
         row = self._rows[rows.start]
         menu = QMenu(self)
+        if row.has_thinking:
+            label = (
+                QCoreApplication.translate("Transcript", "Hide thinking")
+                if row.expanded
+                else QCoreApplication.translate("Transcript", "Show thinking")
+            )
+            toggle = menu.addAction(label)
+            toggle.triggered.connect(lambda _checked=False, m=row.message_id: self.toggle_thinking(m))
         for name in row.actions():
             if name == "sibling":
                 continue

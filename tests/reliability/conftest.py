@@ -57,8 +57,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     if report.when == "call" or (report.when == "setup" and report.failed):
-        for record in _pending.pop(item.nodeid, []):
+        recorded = _pending.pop(item.nodeid, [])
+        for record in recorded:
             _records.append(FaultRecord(**{**asdict(record), "passed": report.passed}))
+        if report.failed and not recorded:
+            # A test that failed before recording anything still shows in the report, as a failure.
+            _records.append(
+                FaultRecord(
+                    "Not recorded",
+                    "the test failed before recording its faults",
+                    0,
+                    "failed",
+                    0,
+                    item.nodeid,
+                    passed=False,
+                )
+            )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
