@@ -237,7 +237,7 @@ def test_hostile_output_reaches_nothing_and_links_need_confirmation(
         with AuditLog((secret.name, "share")) as audit:
             # The stored reply, as opened from the sidebar.
             window.open_conversation(conversation.id)
-            qtbot.waitUntil(lambda: transcript.row(stored_id) is not None)
+            qtbot.waitUntil(lambda: transcript.row(stored_id) is not None, timeout=20_000)
             transcript.scroll_to_message(stored_id)
             transcript.viewport().grab()
             # The same text streaming in, as the model writes it.
@@ -270,13 +270,15 @@ def test_hostile_output_reaches_nothing_and_links_need_confirmation(
                 # An http(s) link asks first, showing the whole address; cancelled, nothing opens.
                 answerer.button = QMessageBox.StandardButton.Cancel
                 click_text(transcript, message_id, "weblink")
-                qtbot.waitUntil(lambda: len(answerer.shown) == 1)
+                qtbot.waitUntil(lambda: len(answerer.shown) == 1, timeout=20_000)
                 assert answerer.shown == ["https://example.com/docs?q=1#part"]
                 assert url_handler.opened == []
                 # Accepted, it opens once, in the system's handler.
                 answerer.button = QMessageBox.StandardButton.Open
                 click_text(transcript, message_id, "weblink")
-                qtbot.waitUntil(lambda: url_handler.opened == ["https://example.com/docs?q=1#part"])
+                qtbot.waitUntil(
+                    lambda: url_handler.opened == ["https://example.com/docs?q=1#part"], timeout=20_000
+                )
                 answerer.shown.clear()
                 url_handler.opened.clear()
 
@@ -289,7 +291,7 @@ def test_hostile_output_reaches_nothing_and_links_need_confirmation(
             secret.read_bytes()
         assert watch.events() > 0 and control.events
         socket.create_connection(("127.0.0.1", listener.port), timeout=5).close()
-        qtbot.waitUntil(lambda: len(listener.connections) == 1)
+        qtbot.waitUntil(lambda: len(listener.connections) == 1, timeout=20_000)
     finally:
         answerer.stop()
         watch.close()

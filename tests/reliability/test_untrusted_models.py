@@ -347,7 +347,7 @@ def test_a_model_that_aborts_llama_cpp_kills_only_the_runner_and_is_not_autoload
     session = gui.open(HearthPaths(paths.home))
     window = session.window
     assert window.modelPicker.currentData() == CRASHER
-    qtbot.waitUntil(lambda: "crashed last time" in window.statusBar().currentMessage())
+    qtbot.waitUntil(lambda: "crashed last time" in window.statusBar().currentMessage(), timeout=20_000)
     assert f"{CRASHER} was not loaded automatically" in window.statusBar().currentMessage()
     assert session.services.chat.engine.client.pid is None
     fault(
