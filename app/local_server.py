@@ -16,7 +16,7 @@ import hmac
 import json
 import logging
 import math
-import select
+import selectors
 import socket
 import socketserver
 import sys
@@ -275,18 +275,20 @@ def _watch_for_hangup(sock: socket.socket, done: threading.Event, hung_up: Calla
     """Notice a client that closes its connection while its request waits or generates, so the request is
     cancelled at once rather than at the next write (which, for a request still waiting, would come only
     after a whole generation nobody reads)."""
-    while not done.is_set():
+    # A selector, not select.select: that one cannot watch descriptors numbered 1024 and above.
+    with selectors.DefaultSelector() as selector:
         try:
-            readable, _, _ = select.select([sock], [], [], HANGUP_POLL_S)
-            if not readable:
-                continue
-            if sock.recv(1, socket.MSG_PEEK):
-                return  # it sent the next request already: it is still there
+            selector.register(sock, selectors.EVENT_READ)
+            while not done.is_set():
+                if not selector.select(HANGUP_POLL_S):
+                    continue
+                if sock.recv(1, socket.MSG_PEEK):
+                    return  # it sent the next request already: it is still there
+                break
         except (OSError, ValueError):
             pass  # the connection is broken or closed: the client is gone either way
-        if not done.is_set():
-            hung_up()
-        return
+    if not done.is_set():
+        hung_up()
 
 
 class _ClientGone(Exception):
@@ -300,6 +302,9 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
     # So that even a malformed request line is answered with a status line (HTTP/0.9 had none).
     default_request_version = "HTTP/1.1"
+    # The request has a body not read (yet): if it is answered without reading it, the connection must
+    # close, or the body would be taken for the next request.
+    _body_pending = False
 
     def setup(self) -> None:
         super().setup()
@@ -326,15 +331,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         for name, value in headers:
             self.send_header(name, value)
+        if self._body_pending:
+            self.close_connection = True
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
     def _send_request_error(self, error: RequestError) -> None:
-        if self._body_pending:
-            # The body was never read: it would be taken for the next request on this connection.
-            self.close_connection = True
         headers = (("WWW-Authenticate", "Bearer"),) if error.status == HTTPStatus.UNAUTHORIZED else ()
         self._send_json(error.status, error.body(), headers)
 

@@ -127,7 +127,7 @@ class Faults:
 
     drop_after: int | None = None  # cut a file response after this many body bytes (if it is longer)...
     drops: int = 0  # ...this many times
-    stall_after: int | None = None  # stop sending (keep the socket open) after this many bytes (0: none)...
+    stall_after: int | None = None  # stop sending (keep the socket open) after this many bytes (0: at once)
     stalls: int = 0  # ...this many times
     stall_seconds: float = 30.0
     ignore_range: bool = False  # answer 200 with the whole file to a Range request

@@ -303,7 +303,7 @@ def test_hostile_output_reaches_nothing_and_links_need_confirmation(
     )
     fault(
         "Hostile model output",
-        "raw HTML (<img>, <script>, <a>, <b>)",
+        "raw HTML (`<img>`, `<script>`, `<a>`, `<b>`)",
         trials=2,
         outcome="shown as text, nothing interpreted",
     )

@@ -14,7 +14,9 @@ from app.core import Core
 from app.engine import ChatEngine, ModelStatus, TurnCallbacks
 from app.errors import ContextOverflow, HearthError
 from app.paths import resolve_home
-from inference.protocol import ErrorKind, SamplingParams
+from inference.gguf import read_header
+from inference.planner import smaller_plan
+from inference.protocol import ErrorKind, LoadPlan, SamplingParams
 from inference.runner import ADDRESS_SPACE_ENV
 from tests.reliability.conftest import RecordFault
 
@@ -280,3 +282,34 @@ def test_refuse_sends_nothing_and_a_reply_that_runs_out_of_room_says_so(
         trials=2,
         outcome="the long conversation is refused with nothing stored; the cut reply is kept and says so",
     )
+
+
+def test_after_running_out_of_memory_gpu_layers_go_first_then_the_context(starter_model: Path) -> None:
+    header = read_header(starter_model)
+    plan = LoadPlan(
+        model_path=str(starter_model),
+        n_ctx=4096,
+        n_gpu_layers=31,  # llama.cpp's count: all 30 layers and the output layer
+        n_layers=30,
+        flash_attn=True,
+        n_threads=2,
+        reason="CUDA · 30/30 layers on a test GPU; a note",
+    )
+    steps = []
+    step: LoadPlan | None = plan
+    while step is not None:
+        steps.append((step.n_gpu_layers, step.n_ctx))
+        last, step = step, smaller_plan(step, header)
+    assert steps == [
+        (31, 4096),
+        (15, 4096),
+        (7, 4096),
+        (3, 4096),
+        (1, 4096),
+        (0, 4096),
+        (0, 2048),
+        (0, 1024),
+        (0, 512),
+    ]
+    assert last.reason == "CPU · not enough GPU memory; 512-token context after running out of memory"
+    assert last.predicted_bytes["gpu"] == 0 < last.predicted_bytes["ram"]
