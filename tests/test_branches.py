@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from pytestqt.qtbot import QtBot
 
@@ -13,8 +10,8 @@ from app.conversations import ConversationStore, Message
 from app.core import Core
 from app.engine import ChatEngine
 from app.errors import HearthError, MessageNotFound
-from app.paths import resolve_home
 from inference.protocol import SamplingParams
+from tests.conftest import starter_name
 
 SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, seed=1)
@@ -172,28 +169,9 @@ def test_parents_must_belong_to_the_conversation(store: ConversationStore) -> No
 # With the real model ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def core(starter_model: Path) -> Iterator[Core]:
-    opened = Core.open(resolve_home())
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def engine(core: Core) -> Iterator[ChatEngine]:
-    chat = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
-    yield chat
-    chat.close()
-
-
-def model_name(core: Core) -> str:
-    (model,) = core.library.list_models()
-    return model.name
-
-
 @pytest.mark.model
 def test_regenerate_keeps_the_old_reply_and_answers_the_same_prompt(core: Core, engine: ChatEngine) -> None:
-    name = model_name(core)
+    name = starter_name(core)
     first = engine.run_turn("Name a fruit.", name, sampling=GREEDY)
     second = engine.regenerate(
         first.assistant_message_id, name, sampling=SamplingParams(temperature=1.5, max_tokens=12, seed=9)
@@ -224,7 +202,7 @@ def test_regenerate_keeps_the_old_reply_and_answers_the_same_prompt(core: Core, 
 
 @pytest.mark.model
 def test_edit_branches_and_the_prompt_is_only_the_active_path(core: Core, engine: ChatEngine) -> None:
-    name = model_name(core)
+    name = starter_name(core)
     first = engine.run_turn("My name is Ada.", name, sampling=GREEDY)
     second = engine.run_turn("What is my name?", name, conversation_id=first.conversation_id, sampling=GREEDY)
     edited = engine.edit(first.user_message_id, "Say hello.", name, sampling=GREEDY)
@@ -251,7 +229,7 @@ def test_edit_branches_and_the_prompt_is_only_the_active_path(core: Core, engine
 def test_chat_service_regenerate_and_edit_report_like_send(core: Core, qtbot: QtBot) -> None:
     engine = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
     service = ChatService(engine)
-    name = model_name(core)
+    name = starter_name(core)
     started: list[tuple[int, int, int]] = []
     service.replyStarted.connect(lambda *ids: started.append(ids))
     try:

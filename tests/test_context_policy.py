@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from pytestqt.qtbot import QtBot
@@ -14,41 +13,14 @@ from app.conversations import Conversation, Message
 from app.core import Core
 from app.engine import ChatEngine, ContextUsage
 from app.errors import ContextOverflow
-from app.paths import resolve_home
 from app.settings import Settings
 from inference.protocol import ChatMessage, SamplingParams
+from tests.conftest import starter_name
 
 SMALL_CONTEXT = 512
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, seed=1)
 SYSTEM = "You are a patient tutor."
 REPLY_TIMEOUT_MS = 120_000
-
-
-@pytest.fixture
-def core(starter_model: Path) -> Iterator[Core]:
-    opened = Core.open(resolve_home())
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def make_engine(core: Core) -> Iterator[Callable[..., ChatEngine]]:
-    engines: list[ChatEngine] = []
-
-    def make(**changes: object) -> ChatEngine:
-        settings = dataclasses.replace(core.settings, **changes)  # type: ignore[arg-type]
-        engine = ChatEngine(core.store, core.library, settings, runner_log=core.paths.runner_log_file)
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.close()
-
-
-def model_name(core: Core) -> str:
-    (model,) = core.library.list_models()
-    return model.name
 
 
 def long_conversation(core: Core, turns: int = 8) -> Conversation:
@@ -79,7 +51,7 @@ def test_drop_oldest_leaves_out_whole_turns_keeps_the_system_prompt_and_says_so(
     engine = make_engine(
         context_length=SMALL_CONTEXT, overflow_policy="drop_oldest", max_tokens=16, temperature=0.0
     )
-    name = model_name(core)
+    name = starter_name(core)
     conversation = long_conversation(core)
     history = core.store.list_messages(conversation.id)
     before = len(history)
@@ -118,7 +90,7 @@ def test_drop_oldest_leaves_out_whole_turns_keeps_the_system_prompt_and_says_so(
 @pytest.mark.model
 def test_refuse_sends_nothing_and_stores_nothing(core: Core, make_engine: Callable[..., ChatEngine]) -> None:
     engine = make_engine(context_length=SMALL_CONTEXT, overflow_policy="refuse")
-    name = model_name(core)
+    name = starter_name(core)
     conversation = long_conversation(core)
     before = core.store.list_all_messages(conversation.id)
 
@@ -143,10 +115,10 @@ def test_a_message_too_long_for_the_context_is_refused_under_either_policy(
     conversation = long_conversation(core, turns=2)
     before = core.store.list_all_messages(conversation.id)
     with pytest.raises(ContextOverflow, match="even with every earlier message left out"):
-        engine.run_turn("word " * 600, model_name(core), conversation_id=conversation.id, sampling=GREEDY)
+        engine.run_turn("word " * 600, starter_name(core), conversation_id=conversation.id, sampling=GREEDY)
     assert core.store.list_all_messages(conversation.id) == before
     with pytest.raises(ContextOverflow):
-        engine.run_turn("word " * 600, model_name(core), sampling=GREEDY)
+        engine.run_turn("word " * 600, starter_name(core), sampling=GREEDY)
     assert [c.id for c in core.store.list_conversations()] == [conversation.id]
 
 
@@ -155,7 +127,7 @@ def test_counting_agrees_with_generation_and_replies_record_their_provenance(
     core: Core, make_engine: Callable[..., ChatEngine]
 ) -> None:
     engine = make_engine()
-    name = model_name(core)
+    name = starter_name(core)
     result = engine.run_turn("What is a lighthouse?", name, system_prompt=SYSTEM, sampling=GREEDY)
     counted = engine.client.count_tokens(
         (ChatMessage("system", SYSTEM), ChatMessage("user", "What is a lighthouse?"))
@@ -172,7 +144,7 @@ def test_counting_agrees_with_generation_and_replies_record_their_provenance(
 def test_conversation_settings_win_over_model_defaults_which_win_over_global_ones(
     core: Core, make_engine: Callable[..., ChatEngine]
 ) -> None:
-    name = model_name(core)
+    name = starter_name(core)
     engine = make_engine(
         temperature=0.9,
         model_defaults={name: {"max_tokens": 4, "temperature": 0.0, "seed": 3, "system_prompt": SYSTEM}},
@@ -239,7 +211,7 @@ def test_chat_service_meter_and_refusal_signals(
     core: Core, make_engine: Callable[..., ChatEngine], qtbot: QtBot
 ) -> None:
     service = ChatService(make_engine(context_length=SMALL_CONTEXT, overflow_policy="refuse"))
-    name = model_name(core)
+    name = starter_name(core)
     conversation = long_conversation(core)
     try:
         with qtbot.waitSignal(service.contextUsage, timeout=REPLY_TIMEOUT_MS) as measured:

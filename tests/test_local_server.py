@@ -30,7 +30,6 @@ from app.local_server import (
     get_or_create_api_key,
     replace_api_key,
 )
-from app.paths import resolve_home
 from app.runner_queue import Job, JobCancelled, RunnerQueue
 from app.secrets import SecretStore
 from inference.protocol import SamplingParams
@@ -48,20 +47,6 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60) ->
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.01)
-
-
-@pytest.fixture
-def core() -> Iterator[Core]:
-    opened = Core.open(resolve_home())
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def engine(core: Core) -> Iterator[ChatEngine]:
-    chat = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
-    yield chat
-    chat.close()
 
 
 @pytest.fixture

@@ -284,13 +284,6 @@ class ScriptedEngine(ChatEngine):
 
 
 @pytest.fixture
-def core(starter_model: Path) -> Iterator[Core]:
-    opened = Core.open(resolve_home())
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
 def scripted(core: Core, monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedEngine]:
     # Every delta is flushed, so the script can look at the database after each one.
     monkeypatch.setattr(engine_module, "FLUSH_INTERVAL_S", 0.0)

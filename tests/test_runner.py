@@ -12,10 +12,10 @@ import pytest
 from app.core import Core
 from app.engine import ChatEngine, ModelStatus, TurnCallbacks
 from app.errors import HearthError
-from app.paths import resolve_home
 from inference.client import RunnerClient, RunnerError
 from inference.protocol import ErrorKind, LoadPlan, SamplingParams
 from inference.runner import StopWindow
+from tests.conftest import starter_name
 from tests.model_files import with_chat_template
 
 pytestmark = pytest.mark.model
@@ -34,25 +34,6 @@ class Recorder(TurnCallbacks):
     def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
         if text:
             self.deltas.append(text)
-
-
-@pytest.fixture
-def core(starter_model: Path) -> Core:
-    opened = Core.open(resolve_home())
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def engine(core: Core) -> ChatEngine:
-    chat = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
-    yield chat
-    chat.close()
-
-
-def starter_name(core: Core) -> str:
-    (model,) = core.library.list_models()
-    return model.name
 
 
 def test_reply_streams_through_the_runner_and_is_stored(core: Core, engine: ChatEngine) -> None:

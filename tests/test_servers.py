@@ -4,7 +4,7 @@ database: llama-cpp-python's server running the starter model, and the fault ser
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import keyring
@@ -17,7 +17,6 @@ from app.core import Core
 from app.engine import ChatEngine, ModelStatus, TurnCallbacks
 from app.errors import HearthError
 from app.openai_client import RemoteError
-from app.paths import resolve_home
 from app.secrets import SecretStore
 from app.servers import SERVERS_FILE, ServerRegistry, split_model_name
 from inference.protocol import ErrorKind, SamplingParams
@@ -196,23 +195,8 @@ def test_a_damaged_servers_file_is_set_aside(hermetic_home: Path) -> None:
 
 
 @pytest.fixture
-def core() -> Iterator[Core]:
-    opened = Core.open(resolve_home())
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def engine(core: Core) -> Iterator[ChatEngine]:
-    made = ChatEngine(
-        core.store,
-        core.library,
-        core.settings,
-        runner_log=core.paths.runner_log_file,
-        servers=ServerRegistry(core.paths.home),
-    )
-    yield made
-    made.close()
+def engine(core: Core, make_engine: Callable[..., ChatEngine]) -> ChatEngine:
+    return make_engine(servers=ServerRegistry(core.paths.home))
 
 
 class Recorder(TurnCallbacks):

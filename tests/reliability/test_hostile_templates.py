@@ -7,15 +7,13 @@ here each kind of attack rides in a model file from load to a stored reply.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from app.core import Core
 from app.engine import ChatEngine, ModelStatus, TurnCallbacks
-from app.paths import resolve_home
 from inference.chat_template import FALLBACK_SOURCE
 from inference.protocol import SamplingParams
 from tests.model_files import with_chat_template
@@ -50,18 +48,8 @@ class Statuses(TurnCallbacks):
 
 
 @pytest.fixture
-def core(starter_model: Path) -> Iterator[Core]:
-    opened = Core.open(resolve_home())
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def engine(core: Core) -> Iterator[ChatEngine]:
-    settings = dataclasses.replace(core.settings, context_length=512)
-    chat = ChatEngine(core.store, core.library, settings, runner_log=core.paths.runner_log_file)
-    yield chat
-    chat.close()
+def engine(make_engine: Callable[..., ChatEngine]) -> ChatEngine:
+    return make_engine(context_length=512)
 
 
 def test_hostile_templates_cannot_run_code_or_hang_a_turn(

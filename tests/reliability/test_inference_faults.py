@@ -3,9 +3,8 @@ load, killed mid-reply, and a conversation or a reply that outgrows the context.
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,11 @@ import pytest
 from app.core import Core
 from app.engine import ChatEngine, ModelStatus, TurnCallbacks
 from app.errors import ContextOverflow, HearthError
-from app.paths import resolve_home
 from inference.gguf import read_header
 from inference.planner import smaller_plan
 from inference.protocol import ErrorKind, LoadPlan, SamplingParams
 from inference.runner import ADDRESS_SPACE_ENV
+from tests.conftest import starter_name
 from tests.reliability.conftest import RecordFault
 
 pytestmark = pytest.mark.model
@@ -47,28 +46,6 @@ class Recorder(TurnCallbacks):
 
 
 @pytest.fixture
-def core(starter_model: Path) -> Iterator[Core]:
-    opened = Core.open(resolve_home())
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def make_engine(core: Core) -> Iterator[Callable[..., ChatEngine]]:
-    engines: list[ChatEngine] = []
-
-    def make(**changes: object) -> ChatEngine:
-        settings = dataclasses.replace(core.settings, **changes)  # type: ignore[arg-type]
-        engine = ChatEngine(core.store, core.library, settings, runner_log=core.paths.runner_log_file)
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.close()
-
-
-@pytest.fixture
 def memory_cap(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
     """Cap the runner's address space (see inference.runner._cap_address_space) for runners started later."""
     # One malloc arena and two threads: the runner's address space then depends on the model, not the machine.
@@ -80,11 +57,6 @@ def memory_cap(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
     return cap
 
 
-def model_name(core: Core) -> str:
-    (model,) = core.library.list_models()
-    return model.name
-
-
 def test_out_of_memory_at_load_retries_smaller_and_says_what_worked(
     core: Core, make_engine: Callable[..., ChatEngine], memory_cap: Callable[[int], None], fault: RecordFault
 ) -> None:
@@ -92,7 +64,7 @@ def test_out_of_memory_at_load_retries_smaller_and_says_what_worked(
     engine = make_engine(context_length=FULL_CONTEXT, n_threads=2)
     recorder = Recorder()
 
-    result = engine.run_turn("Say hello.", model_name(core), sampling=GREEDY, callbacks=recorder)
+    result = engine.run_turn("Say hello.", starter_name(core), sampling=GREEDY, callbacks=recorder)
 
     assert result.status == "complete", result.error
     assert result.text.strip()
@@ -106,7 +78,7 @@ def test_out_of_memory_at_load_retries_smaller_and_says_what_worked(
     plan = engine.client.plan
     assert plan is not None and plan.reason.endswith("; 4,096-token context after running out of memory")
     # Running out of memory is not a crash: the model stays eligible for loading at the next start.
-    assert core.library.get(model_name(core)).last_load_error is None
+    assert core.library.get(starter_name(core)).last_load_error is None
     stored = core.store.list_messages(result.conversation_id)
     assert [(m.role, m.status) for m in stored] == [("user", "complete"), ("assistant", "complete")]
     fault(
@@ -125,7 +97,7 @@ def test_out_of_memory_whatever_the_context_is_one_clear_error_and_nothing_store
     recorder = Recorder()
 
     with pytest.raises(HearthError, match="not enough memory to load it with a 512-token context") as caught:
-        engine.run_turn("Say hello.", model_name(core), sampling=GREEDY, callbacks=recorder)
+        engine.run_turn("Say hello.", starter_name(core), sampling=GREEDY, callbacks=recorder)
 
     assert "\n" not in str(caught.value)
     tried = [s.detail for s in recorder.statuses if s.state == "loading"][1:]
@@ -135,7 +107,7 @@ def test_out_of_memory_whatever_the_context_is_one_clear_error_and_nothing_store
     ]
     assert recorder.statuses[-1].state == "failed"
     assert core.store.list_conversations() == []
-    assert core.library.get(model_name(core)).last_load_error is None
+    assert core.library.get(starter_name(core)).last_load_error is None
     fault(
         "Inference",
         "out of memory at load at every context size",
@@ -159,7 +131,7 @@ def test_killed_runner_keeps_partial_reply_interrupted_and_next_message_works(
     core: Core, make_engine: Callable[..., ChatEngine], fault: RecordFault
 ) -> None:
     engine = make_engine()
-    name = model_name(core)
+    name = starter_name(core)
     recorder = KillRunnerMidReply(engine)
     sampling = SamplingParams(temperature=0.0, max_tokens=2000, seed=1)
     result = engine.run_turn(
@@ -228,7 +200,7 @@ def test_drop_oldest_says_what_it_left_out_and_where_the_reply_was_cut(
 
     result = engine.run_turn(
         "And the Rhine?",
-        model_name(core),
+        starter_name(core),
         conversation_id=conversation_id,
         sampling=ENDLESS,
         callbacks=recorder,
@@ -262,7 +234,7 @@ def test_refuse_sends_nothing_and_a_reply_that_runs_out_of_room_says_so(
     core: Core, make_engine: Callable[..., ChatEngine], fault: RecordFault
 ) -> None:
     engine = make_engine(context_length=CONTEXT_SETTING, overflow_policy="refuse")
-    name = model_name(core)
+    name = starter_name(core)
     conversation_id = long_conversation(core)
     before = core.store.list_all_messages(conversation_id)
 
