@@ -10,7 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from PySide6.QtCore import QObject, Signal
 
 from app.engine import ChatEngine, ContextUsage, ModelStatus, TurnCallbacks, TurnResult
-from app.errors import ContextOverflow, HearthError
+from app.errors import ContextOverflow, HearthError, ReplyNotSaved
 from app.openai_client import RemoteError
 from inference.protocol import ErrorKind, SamplingParams
 
@@ -176,6 +176,9 @@ class ChatService(QObject):
             self._report(turn())
         except ContextOverflow as exc:
             self.replyFailed.emit(-1, ErrorKind.CONTEXT_OVERFLOW.value, str(exc))
+        except ReplyNotSaved as exc:
+            # The prompt is stored and the reply shown: the window keeps both and says why it is not saved.
+            self.replyFailed.emit(exc.assistant_message_id, "not_saved", str(exc))
         except RemoteError as exc:
             # The server could not be used: nothing was stored, the window hands the prompt back.
             self.replyFailed.emit(-1, exc.kind.value, str(exc))

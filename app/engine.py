@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from app.conversations import Conversation, ConversationStore, Message
-from app.errors import ContextOverflow, DatabaseError, HearthError, ModelNotFound, NoModelLoaded
+from app.errors import (
+    ContextOverflow,
+    DatabaseError,
+    HearthError,
+    ModelNotFound,
+    NoModelLoaded,
+    ReplyNotSaved,
+)
 from app.library import InstalledModel, ModelLibrary
 from app.openai_client import ChatStream, StreamCancel, request_sampling
 from app.reasoning import DEFAULT_MARKERS, ReasoningMarkers, ReplyText, Split, markers_for_template
@@ -817,9 +824,10 @@ class ChatEngine:
                 log.warning("could not save the finished reply (attempt %d): %s", attempt + 1, exc)
                 time.sleep(FINAL_WRITE_BACKOFF_S * (attempt + 1))
         self._unsaved[assistant_id] = save
-        raise HearthError(
+        raise ReplyNotSaved(
             "The reply could not be saved (the database is not writable: is the disk full?). It is still "
-            "shown, and Hearth saves it as soon as the database can be written again."
+            "shown, and Hearth saves it as soon as the database can be written again.",
+            assistant_id,
         )
 
     def _save_unsaved(self) -> None:

@@ -37,3 +37,12 @@ class DamagedDatabase(DatabaseError):
 
 class NoModelLoaded(HearthError):
     """Something needs the loaded model (the local API server) and the runner has none."""
+
+
+class ReplyNotSaved(HearthError):
+    """A reply finished but its final state could not be written (a full disk): the prompt and what was
+    flushed while streaming are stored, and the rest is written as soon as the database can be."""
+
+    def __init__(self, message: str, assistant_message_id: int) -> None:
+        super().__init__(message)
+        self.assistant_message_id = assistant_message_id

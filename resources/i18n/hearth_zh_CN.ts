@@ -96,6 +96,10 @@
         <translation>你</translation>
     </message>
     <message>
+        <source>Hearth (thinking)</source>
+        <translation>Hearth（思考）</translation>
+    </message>
+    <message>
         <source>Hearth</source>
         <translation>Hearth</translation>
     </message>
@@ -161,6 +165,29 @@
     <message>
         <source>No token set.</source>
         <translation>未设置令牌。</translation>
+    </message>
+</context>
+<context>
+    <name>KeyDialog</name>
+    <message>
+        <source>API key for {server}</source>
+        <translation>{server} 的 API 密钥</translation>
+    </message>
+    <message>
+        <source>kept in the system keyring</source>
+        <translation>保存在系统密钥环中</translation>
+    </message>
+    <message>
+        <source>The address is not https: the key and your chats travel unencrypted.</source>
+        <translation>该地址不是 https：密钥和你的对话将以未加密方式传输。</translation>
+    </message>
+    <message>
+        <source>Save key</source>
+        <translation>保存密钥</translation>
+    </message>
+    <message>
+        <source>The new API key for {url}:</source>
+        <translation>{url} 的新 API 密钥：</translation>
     </message>
 </context>
 <context>
@@ -434,6 +461,111 @@
     </message>
 </context>
 <context>
+    <name>LocalServerDialog</name>
+    <message>
+        <source>Local API server</source>
+        <translation>本地 API 服务器</translation>
+    </message>
+</context>
+<context>
+    <name>LocalServerIndicator</name>
+    <message numerus="yes">
+        <source>API busy (%n)</source>
+        <translation>
+            <numerusform>API 忙碌（%n）</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>API on</source>
+        <translation>API 已开启</translation>
+    </message>
+    <message>
+        <source>API server off</source>
+        <translation>API 服务器已关闭</translation>
+    </message>
+</context>
+<context>
+    <name>LocalServerPanel</name>
+    <message>
+        <source>Programs on this computer can use the model loaded in Hearth through an OpenAI-compatible API, with the key below. Other computers cannot reach it. Requests take turns with your chats.</source>
+        <translation>本机上的程序可以使用下方的密钥，通过兼容 OpenAI 的 API 使用 Hearth 中已加载的模型。其他计算机无法访问。请求与你的对话轮流处理。</translation>
+    </message>
+    <message>
+        <source>&amp;Serve the loaded model on 127.0.0.1</source>
+        <translation>在 127.0.0.1 上提供已加载的模型(&amp;S)</translation>
+    </message>
+    <message>
+        <source>&amp;Port</source>
+        <translation>端口(&amp;P)</translation>
+    </message>
+    <message>
+        <source>Address</source>
+        <translation>地址</translation>
+    </message>
+    <message>
+        <source>API &amp;key</source>
+        <translation>API 密钥(&amp;K)</translation>
+    </message>
+    <message>
+        <source>Show</source>
+        <translation>显示</translation>
+    </message>
+    <message>
+        <source>Copy</source>
+        <translation>复制</translation>
+    </message>
+    <message>
+        <source>New key</source>
+        <translation>新密钥</translation>
+    </message>
+    <message>
+        <source>Make a new key; programs using the old one must be given it</source>
+        <translation>生成新密钥；使用旧密钥的程序需要改用新密钥</translation>
+    </message>
+    <message>
+        <source>The key was copied.</source>
+        <translation>密钥已复制。</translation>
+    </message>
+    <message>
+        <source>Making a new key…</source>
+        <translation>正在生成新密钥…</translation>
+    </message>
+    <message>
+        <source>Starting…</source>
+        <translation>正在启动…</translation>
+    </message>
+    <message numerus="yes">
+        <source>On: answering %n request(s).</source>
+        <translation>
+            <numerusform>已开启：正在处理 %n 个请求。</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>On: waiting for requests.</source>
+        <translation>已开启：正在等待请求。</translation>
+    </message>
+    <message>
+        <source>Off: {error}</source>
+        <translation>已关闭：{error}</translation>
+    </message>
+    <message>
+        <source>Off.</source>
+        <translation>已关闭。</translation>
+    </message>
+    <message>
+        <source>The key is kept in the system keyring.</source>
+        <translation>密钥保存在系统密钥环中。</translation>
+    </message>
+    <message>
+        <source>Session only: the system keyring cannot keep the key, so it changes at the next start.</source>
+        <translation>仅限本次会话：系统密钥环无法保存密钥，因此下次启动时密钥会更改。</translation>
+    </message>
+    <message>
+        <source>Hide</source>
+        <translation>隐藏</translation>
+    </message>
+</context>
+<context>
     <name>MainWindow</name>
     <message>
         <source>Copied</source>
@@ -478,6 +610,18 @@
     <message>
         <source>Cancel</source>
         <translation>取消</translation>
+    </message>
+    <message>
+        <source>The conversation database is damaged, so Hearth opened it read-only and changed nothing. Export your conversations, or restore a backup.</source>
+        <translation>对话数据库已损坏，因此 Hearth 以只读方式打开了它，未做任何更改。请导出你的对话，或从备份恢复。</translation>
+    </message>
+    <message>
+        <source>Export all conversations…</source>
+        <translation>导出所有对话…</translation>
+    </message>
+    <message>
+        <source>Restore from backup…</source>
+        <translation>从备份恢复…</translation>
     </message>
     <message>
         <source>Message Hearth… (Enter to send, Shift+Enter for a new line)</source>
@@ -542,6 +686,14 @@
     <message>
         <source>&amp;Models…</source>
         <translation>模型(&amp;M)…</translation>
+    </message>
+    <message>
+        <source>Local API &amp;server…</source>
+        <translation>本地 API 服务器(&amp;S)…</translation>
+    </message>
+    <message>
+        <source>Se&amp;rvers…</source>
+        <translation>服务器(&amp;R)…</translation>
     </message>
     <message>
         <source>&amp;Theme</source>
@@ -634,6 +786,46 @@
         <translation>导入对话（Hearth JSON 或 ChatGPT 的 conversations.json）</translation>
     </message>
     <message>
+        <source>Export all conversations to a folder</source>
+        <translation>将所有对话导出到文件夹</translation>
+    </message>
+    <message numerus="yes">
+        <source>Exported %n conversation(s)</source>
+        <translation>
+            <numerusform>已导出 %n 个对话</numerusform>
+        </translation>
+    </message>
+    <message numerus="yes">
+        <source>%n could not be read</source>
+        <translation>
+            <numerusform>%n 个无法读取</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>There are no backups in {folder}.</source>
+        <translation>{folder} 中没有备份。</translation>
+    </message>
+    <message>
+        <source>Restore from backup</source>
+        <translation>从备份恢复</translation>
+    </message>
+    <message>
+        <source>Backup to restore:</source>
+        <translation>要恢复的备份：</translation>
+    </message>
+    <message>
+        <source>Replace the damaged database with this backup? The damaged file is kept in the backups folder.</source>
+        <translation>要用此备份替换已损坏的数据库吗？已损坏的文件会保留在备份文件夹中。</translation>
+    </message>
+    <message>
+        <source>Restore</source>
+        <translation>恢复</translation>
+    </message>
+    <message>
+        <source>Restored from {name}. Start Hearth again to continue writing.</source>
+        <translation>已从 {name} 恢复。请重新启动 Hearth 以继续写入。</translation>
+    </message>
+    <message>
         <source>ChatGPT export</source>
         <translation>ChatGPT 导出文件</translation>
     </message>
@@ -686,8 +878,28 @@
         <translation>删除预设</translation>
     </message>
     <message>
+        <source>{model} was not loaded automatically: it crashed last time ({error}). Send a message to try it again.</source>
+        <translation>未自动加载 {model}：它上次崩溃了（{error}）。发送一条消息即可再次尝试。</translation>
+    </message>
+    <message>
+        <source>{server}: not reachable</source>
+        <translation>{server}：无法连接</translation>
+    </message>
+    <message>
+        <source>Add server…</source>
+        <translation>添加服务器…</translation>
+    </message>
+    <message>
+        <source>Manage servers…</source>
+        <translation>管理服务器…</translation>
+    </message>
+    <message>
         <source>No models installed</source>
         <translation>尚未安装模型</translation>
+    </message>
+    <message>
+        <source>Added {server} with {count} models</source>
+        <translation>已添加 {server}，共 {count} 个模型</translation>
     </message>
     <message>
         <source>Install a model before sending a message.</source>
@@ -723,6 +935,10 @@
     <message>
         <source>Model</source>
         <translation>模型</translation>
+    </message>
+    <message>
+        <source>Server</source>
+        <translation>服务器</translation>
     </message>
     <message>
         <source>Model file</source>
@@ -821,6 +1037,224 @@
     </message>
 </context>
 <context>
+    <name>ServerDialog</name>
+    <message>
+        <source>Add server</source>
+        <translation>添加服务器</translation>
+    </message>
+    <message>
+        <source>e.g. gpu-box</source>
+        <translation>例如 gpu-box</translation>
+    </message>
+    <message>
+        <source>optional; kept in the system keyring</source>
+        <translation>可选；保存在系统密钥环中</translation>
+    </message>
+    <message>
+        <source>optional, for an internal server&apos;s certificate</source>
+        <translation>可选，用于内部服务器的证书</translation>
+    </message>
+    <message>
+        <source>Choose…</source>
+        <translation>选择…</translation>
+    </message>
+    <message>
+        <source>Name</source>
+        <translation>名称</translation>
+    </message>
+    <message>
+        <source>Address</source>
+        <translation>地址</translation>
+    </message>
+    <message>
+        <source>API key</source>
+        <translation>API 密钥</translation>
+    </message>
+    <message>
+        <source>CA bundle</source>
+        <translation>CA 证书包</translation>
+    </message>
+    <message>
+        <source>Connect and save</source>
+        <translation>连接并保存</translation>
+    </message>
+    <message>
+        <source>A server that speaks the OpenAI API: vLLM, TGI, llama.cpp, Ollama…</source>
+        <translation>支持 OpenAI API 的服务器：vLLM、TGI、llama.cpp、Ollama…</translation>
+    </message>
+    <message>
+        <source>Connecting to {url}…</source>
+        <translation>正在连接 {url}…</translation>
+    </message>
+</context>
+<context>
+    <name>ServersDialog</name>
+    <message>
+        <source>Servers</source>
+        <translation>服务器</translation>
+    </message>
+    <message>
+        <source>Name</source>
+        <translation>名称</translation>
+    </message>
+    <message>
+        <source>Address</source>
+        <translation>地址</translation>
+    </message>
+    <message>
+        <source>Models</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>API key</source>
+        <translation>API 密钥</translation>
+    </message>
+    <message>
+        <source>CA bundle</source>
+        <translation>CA 证书包</translation>
+    </message>
+    <message>
+        <source>No servers yet: add one that speaks the OpenAI API.</source>
+        <translation>还没有服务器：请添加一个支持 OpenAI API 的服务器。</translation>
+    </message>
+    <message>
+        <source>&amp;Refresh models</source>
+        <translation>刷新模型(&amp;R)</translation>
+    </message>
+    <message>
+        <source>Ask every server for its models again</source>
+        <translation>重新向每个服务器获取模型列表</translation>
+    </message>
+    <message>
+        <source>Change &amp;key…</source>
+        <translation>更改密钥(&amp;K)…</translation>
+    </message>
+    <message>
+        <source>Remove k&amp;ey</source>
+        <translation>移除密钥(&amp;E)</translation>
+    </message>
+    <message>
+        <source>Change &amp;CA bundle…</source>
+        <translation>更改 CA 证书包(&amp;C)…</translation>
+    </message>
+    <message>
+        <source>Use the &amp;system&apos;s CAs</source>
+        <translation>使用系统的 CA(&amp;S)</translation>
+    </message>
+    <message>
+        <source>Re&amp;move…</source>
+        <translation>移除(&amp;M)…</translation>
+    </message>
+    <message>
+        <source>&amp;Add server…</source>
+        <translation>添加服务器(&amp;A)…</translation>
+    </message>
+    <message>
+        <source>System</source>
+        <translation>系统</translation>
+    </message>
+    <message>
+        <source>The system&apos;s certificate authorities</source>
+        <translation>系统的证书颁发机构</translation>
+    </message>
+    <message>
+        <source>Checking…</source>
+        <translation>正在检查…</translation>
+    </message>
+    <message>
+        <source>Not available</source>
+        <translation>不可用</translation>
+    </message>
+    <message>
+        <source>…</source>
+        <translation>…</translation>
+    </message>
+    <message>
+        <source>None</source>
+        <translation>无</translation>
+    </message>
+    <message>
+        <source>Unknown</source>
+        <translation>未知</translation>
+    </message>
+    <message>
+        <source>Keyring</source>
+        <translation>密钥环</translation>
+    </message>
+    <message>
+        <source>This session only</source>
+        <translation>仅限本次会话</translation>
+    </message>
+    <message>
+        <source>The API key is kept in the system keyring ({backend}).</source>
+        <translation>API 密钥保存在系统密钥环中（{backend}）。</translation>
+    </message>
+    <message>
+        <source>The API key is kept for this session only: {reason}</source>
+        <translation>API 密钥仅在本次会话中保留：{reason}</translation>
+    </message>
+    <message>
+        <source>Remove the API key for “{server}” from the system keyring? Hearth then calls it without a key.</source>
+        <translation>要从系统密钥环中移除“{server}”的 API 密钥吗？之后 Hearth 将不带密钥访问它。</translation>
+    </message>
+    <message>
+        <source>Remove key</source>
+        <translation>移除密钥</translation>
+    </message>
+    <message>
+        <source>CA bundle for {server}</source>
+        <translation>{server} 的 CA 证书包</translation>
+    </message>
+    <message>
+        <source>Remove the server “{server}” and its API key? Chats with its models keep their replies and still say which server wrote them.</source>
+        <translation>要移除服务器“{server}”及其 API 密钥吗？使用其模型的对话会保留回复，并仍会注明回复来自哪个服务器。</translation>
+    </message>
+    <message>
+        <source>Remove server</source>
+        <translation>移除服务器</translation>
+    </message>
+    <message>
+        <source>Remove</source>
+        <translation>移除</translation>
+    </message>
+    <message>
+        <source>Saving…</source>
+        <translation>正在保存…</translation>
+    </message>
+    <message>
+        <source>Removed {server} and its API key.</source>
+        <translation>已移除 {server} 及其 API 密钥。</translation>
+    </message>
+    <message>
+        <source>Removed {server}, but not its API key: {reason}</source>
+        <translation>已移除 {server}，但未能移除其 API 密钥：{reason}</translation>
+    </message>
+    <message>
+        <source>Removed the API key for {server}.</source>
+        <translation>已移除 {server} 的 API 密钥。</translation>
+    </message>
+    <message>
+        <source>The API key for {server} could not be removed: {reason}</source>
+        <translation>无法移除 {server} 的 API 密钥：{reason}</translation>
+    </message>
+    <message>
+        <source>Saved the new API key for {server} in the system keyring.</source>
+        <translation>已将 {server} 的新 API 密钥保存到系统密钥环中。</translation>
+    </message>
+    <message>
+        <source>Using the new API key for {server} for this session only: {reason}</source>
+        <translation>{server} 的新 API 密钥仅在本次会话中使用：{reason}</translation>
+    </message>
+    <message>
+        <source>{server} is checked against the system&apos;s CAs.</source>
+        <translation>{server} 使用系统的 CA 进行校验。</translation>
+    </message>
+    <message>
+        <source>{server} is checked against the CAs in {path}.</source>
+        <translation>{server} 使用 {path} 中的 CA 进行校验。</translation>
+    </message>
+</context>
+<context>
     <name>SettingsDialog</name>
     <message>
         <source>Hearth settings</source>
@@ -898,6 +1332,10 @@
         <translation>上下文满时</translation>
     </message>
     <message>
+        <source>Thinking</source>
+        <translation>思考过程</translation>
+    </message>
+    <message>
         <source>Random</source>
         <translation>随机</translation>
     </message>
@@ -912,6 +1350,22 @@
     <message>
         <source>For every chat: the system prompt is always kept, and the reply says what was left out</source>
         <translation>适用于所有对话：始终保留系统提示词，回复中会说明省略了哪些内容</translation>
+    </message>
+    <message>
+        <source>Collapsed</source>
+        <translation>折叠</translation>
+    </message>
+    <message>
+        <source>Expanded</source>
+        <translation>展开</translation>
+    </message>
+    <message>
+        <source>Hidden</source>
+        <translation>隐藏</translation>
+    </message>
+    <message>
+        <source>For every chat: how a reasoning model&apos;s thinking is first shown above its answer</source>
+        <translation>适用于所有对话：推理模型的思考过程在回答上方最初如何显示</translation>
     </message>
     <message>
         <source>A new context length applies when the model is next loaded.</source>
@@ -1060,12 +1514,32 @@
         <translation>输出 {count} 个词元</translation>
     </message>
     <message>
+        <source>Thinking… {seconds} s</source>
+        <translation>正在思考… {seconds} 秒</translation>
+    </message>
+    <message>
+        <source>Thinking</source>
+        <translation>思考过程</translation>
+    </message>
+    <message>
+        <source>Thought for {seconds} s</source>
+        <translation>已思考 {seconds} 秒</translation>
+    </message>
+    <message>
         <source>Context: {note}</source>
         <translation>上下文：{note}</translation>
     </message>
     <message>
         <source>Copied</source>
         <translation>已复制</translation>
+    </message>
+    <message>
+        <source>Hide thinking</source>
+        <translation>隐藏思考过程</translation>
+    </message>
+    <message>
+        <source>Show thinking</source>
+        <translation>显示思考过程</translation>
     </message>
 </context>
 <context>

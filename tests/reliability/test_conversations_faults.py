@@ -30,7 +30,7 @@ from app.conversations import ConversationStore
 from app.core import Core
 from app.db import Database
 from app.engine import ChatEngine, TurnCallbacks
-from app.errors import HearthError
+from app.errors import ReplyNotSaved
 from app.paths import HearthPaths
 from tests.reliability.conftest import RecordFault
 from tests.ui_fixtures import GuiSessions, click
@@ -568,13 +568,6 @@ def core(tiny_home: Path, starter_model: Path) -> Iterator[Core]:
     opened.close()
 
 
-@pytest.fixture
-def engine(core: Core) -> Iterator[ChatEngine]:
-    chat = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
-    yield chat
-    chat.close()
-
-
 def big_text(engine: ChatEngine) -> None:
     """Long replies, so the streaming text is written to the database several times while the disk is full."""
     engine.settings = dataclasses.replace(engine.settings, max_tokens=150, temperature=0.0)
@@ -611,12 +604,15 @@ def test_disk_full_at_the_end_of_a_reply_is_saved_when_space_returns(
     model = engine.library.list_models()[0].name
     disk = FullDisk(core.paths.home.parent)
     callbacks = FillsTheDisk(disk, free_after=None)
-    with pytest.raises(HearthError, match="disk full") as caught:
+    with pytest.raises(ReplyNotSaved, match="disk full") as caught:
         engine.run_turn("Write a long story about a lighthouse keeper.", model, callbacks=callbacks)
     assert "saves it as soon as the database can be written again" in str(caught.value)
     shown = "".join(callbacks.shown)
     conversation = engine.store.list_conversations()[0]
     reply = engine.store.list_messages(conversation.id)[-1]
+    # The error names the reply, so the window keeps it (and the stored prompt) instead of handing the
+    # prompt back to be sent twice.
+    assert caught.value.assistant_message_id == reply.id
     # Only what was flushed before the disk filled is on disk so far.
     assert reply.status == "streaming" and shown.startswith(reply.content) and len(reply.content) < len(shown)
 
