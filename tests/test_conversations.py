@@ -1,4 +1,7 @@
-"""ConversationStore on a real SQLite file: CRUD, streaming replies, crash recovery, secure delete, export."""
+"""ConversationStore on a real SQLite file: CRUD, streaming replies, crash recovery, export.
+
+Secure delete (no deleted text left in the database, its WAL or the search index) is proved in
+tests/reliability/test_secure_delete.py."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import uuid
 from datetime import UTC
 from pathlib import Path
 
@@ -129,65 +131,6 @@ def test_delete_cascades_to_messages(store: ConversationStore, db: Database) -> 
         assert orphans.scalar() == 0
     assert [c.id for c in store.list_conversations()] == [keep.id]
     assert [m.content for m in store.list_messages(keep.id)] == ["kept"]
-
-
-def search_index_bytes(db: Database) -> bytes:
-    """Everything the FTS5 shadow tables hold: terms and positions, not the text itself."""
-    with db.read_session() as session:
-        blobs = session.execute(
-            text("SELECT block FROM messages_fts_data UNION ALL SELECT block FROM conversations_fts_data")
-        ).scalars()
-        return b"".join(bytes(b) for b in blobs if b is not None)
-
-
-@pytest.mark.parametrize("how", ["delete", "trash-then-purge", "delete-message"])
-def test_deleted_text_is_gone_from_the_database_and_wal_files(
-    store: ConversationStore, db: Database, how: str
-) -> None:
-    secret = uuid.uuid4().hex  # one search term (the tokenizer splits "SECRET-…" at the dash)
-    marker = f"SECRET-{secret}"
-    keep = store.create_conversation("unrelated")
-    store.add_message(keep.id, "user", "nothing to see")
-    conversation = store.create_conversation(f"title {marker}", system_prompt=f"system {marker}")
-    first = store.add_message(conversation.id, "user", f"short {marker}")
-    # Long enough to spill into overflow pages.
-    store.add_message(conversation.id, "user", f"long {marker} " * 2000)
-    reply = store.start_assistant_message(
-        conversation.id, model_name="m", model_sha256=SHA, sampling=SAMPLING, seed=None
-    )
-    for n in range(1, 6):
-        store.flush_streaming_text(reply.id, f"streaming {marker} " * n)
-    store.finish_message(reply.id, content=f"final {marker}", status="complete")
-    # An alternative reply on another branch, and many more index segments after the secret's.
-    store.start_assistant_message(
-        conversation.id, model_name="m", model_sha256=SHA, sampling=SAMPLING, seed=None, parent_id=first.id
-    )
-    for i in range(50):
-        store.add_message(keep.id, "user", f"later message {i} {uuid.uuid4().hex}")
-
-    wal = Path(f"{db.path}-wal")
-    needle = secret.encode()
-    assert needle in db.path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
-    assert needle in search_index_bytes(db), "the test must see the secret in the search index first"
-    assert {h.conversation_id for h in store.search(secret)} == {conversation.id}
-
-    if how == "delete":
-        store.delete_conversation(conversation.id)
-    elif how == "trash-then-purge":
-        store.trash_conversation(conversation.id)
-        assert store.search(secret) == []
-        assert store.purge_trashed() == 1
-    else:
-        store.rename_conversation(conversation.id, "renamed")
-        store.set_conversation_settings(conversation.id, None, {})
-        store.delete_message(first.id)
-
-    # Checked while the database is still open, as it would be in the running app.
-    assert needle not in search_index_bytes(db)
-    assert needle not in db.path.read_bytes()
-    assert not wal.exists() or needle not in wal.read_bytes()
-    assert store.search(secret) == []
-    assert store.list_messages(keep.id)[0].content == "nothing to see"
 
 
 def test_streaming_reply_lifecycle(store: ConversationStore) -> None:
