@@ -168,10 +168,10 @@ class OpenAIClient:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    def list_models(self) -> list[ServerModel]:
-        """GET /models. Raises RemoteError."""
+    def list_models(self, cancel: StreamCancel | None = None) -> list[ServerModel]:
+        """GET /models. Raises RemoteError; `cancel` ends the request at once from another thread."""
         timeout = min(self._read_timeout_s, LIST_TIMEOUT_S)
-        with self._open("GET", "/models", None, StreamCancel(), timeout) as response:
+        with self._open("GET", "/models", None, cancel or StreamCancel(), timeout) as response:
             if response.status_code != 200:
                 raise self._status_error(response, what="the model list")
             body = self._read_body(response, MAX_EVENT_BYTES)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from app.errors import HearthError
-from app.openai_client import OpenAIClient, RemoteError, ServerModel, normalize_base_url
+from app.openai_client import OpenAIClient, RemoteError, ServerModel, StreamCancel, normalize_base_url
 from app.secrets import SecretResult, SecretStore
 from app.settings import set_aside, write_text_atomically
 
@@ -214,10 +214,11 @@ class ServerRegistry:
             return None
         return self.get(split[0]), split[1]
 
-    def listing(self, server: Server) -> ServerListing:
-        """Blocking (the keyring, then the network): the server's models, or why they cannot be listed."""
+    def listing(self, server: Server, cancel: StreamCancel | None = None) -> ServerListing:
+        """Blocking (the keyring, then the network): the server's models, or why they cannot be listed.
+        `cancel` gives up from another thread."""
         try:
-            models = self.client(server).list_models()
+            models = self.client(server).list_models(cancel)
         except RemoteError as exc:
             return ServerListing(server, error=str(exc))
         return ServerListing(server, tuple(models))

@@ -9,6 +9,7 @@ through several, so one slow server holds up neither the others nor the user's c
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -16,7 +17,7 @@ from typing import Final
 from PySide6.QtCore import QObject, Signal
 
 from app.background import Background
-from app.openai_client import ServerModel
+from app.openai_client import ServerModel, StreamCancel
 from app.secrets import SecretResult
 from app.servers import KeyStatus, Server, ServerListing, ServerRegistry
 
@@ -62,6 +63,10 @@ class ServersService(QObject):
         self._registry = registry
         self._control = Background(self)
         self._network = Background(self, workers=LISTING_WORKERS)
+        # Listings in progress, so closing the window ends them at once instead of waiting out a slow server.
+        self._listings_lock = threading.Lock()
+        self._listings: set[StreamCancel] = set()
+        self._closing = False
         self._states: dict[str, _State] = {}
         self._versions = itertools.count()
         self._loaded = False
@@ -137,13 +142,25 @@ class ServersService(QObject):
         version = state.listing_for = state.version
         server = state.entry.server
         state.entry = replace(state.entry, checking=True)
-        registry = self._registry
         self._network.call(
-            lambda: registry.listing(server),
+            lambda: self._listing(server),
             lambda listing: self._listed(name, version, listing),
             lambda error: self._listed(name, version, ServerListing(server, error=str(error))),
         )
         self.changed.emit()
+
+    def _listing(self, server: Server) -> ServerListing:
+        """On a network worker."""
+        cancel = StreamCancel()
+        with self._listings_lock:
+            if self._closing:
+                return ServerListing(server, error="Hearth is closing.")
+            self._listings.add(cancel)
+        try:
+            return self._registry.listing(server, cancel)
+        finally:
+            with self._listings_lock:
+                self._listings.discard(cancel)
 
     def _listed(self, name: str, version: int, listing: ServerListing) -> None:
         state = self._states.get(name)
@@ -223,6 +240,11 @@ class ServersService(QObject):
         self.refresh()
 
     def shutdown(self) -> None:
-        """Blocking: until the calls in progress end (a listing gives up after its timeout)."""
+        """Blocking: until the calls in progress end. Listings still waiting on a server are cut short."""
+        with self._listings_lock:
+            self._closing = True
+            listings = list(self._listings)
+        for cancel in listings:
+            cancel.cancel()
         self._control.shutdown()
         self._network.shutdown()

@@ -5,6 +5,7 @@ and CA bundle. Against llama-cpp-python's server and the fault server."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QLineEdit
 from pytestqt.qtbot import QtBot
 
+import app.openai_client as openai_client_module
 from app.paths import resolve_home
 from app.servers import SERVERS_FILE, ServerRegistry
 from tests.openai_peer import FAULT_MODELS, FaultServer, LlamaPeer, make_certificates, serve_faults
@@ -416,6 +418,26 @@ def test_a_slow_server_holds_up_neither_the_window_nor_the_other_servers(
         assert listed(dialog)["a-slow"][STATE] == "3"
     gap = ticker.max_gap_between(started, ended)
     assert gap < MAX_EVENT_LOOP_GAP_S, f"the event loop stalled for {gap:.3f} s"
+
+
+def test_closing_does_not_wait_for_a_server_that_never_answers_the_model_list(
+    gui: GuiSessions, qtbot: QtBot, hermetic_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Left to its timeout, the listing would keep the closing window waiting for minutes.
+    monkeypatch.setattr(openai_client_module, "LIST_TIMEOUT_S", 600.0)
+    with serve_faults(hold_models=True) as silent:
+        ServerRegistry(hermetic_home).add("silent", silent.url)
+        session = gui.open(resolve_home(), preload_model=False)
+        qtbot.waitUntil(lambda: len(silent.requests) == 1, timeout=WAIT_MS)
+        closed = threading.Event()
+        service = session.services.servers_service
+        closer = threading.Thread(target=lambda: (service.shutdown(), closed.set()))
+        closer.start()
+        try:
+            assert closed.wait(WAIT_MS / 1000), "closing waited for the server to answer"
+        finally:
+            silent.release.set()
+            closer.join()
 
 
 def test_a_server_removed_elsewhere_meanwhile_is_one_clear_message(
