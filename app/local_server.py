@@ -37,6 +37,7 @@ from app.engine import ChatEngine
 from app.errors import HearthError, ModelNotFound, NoModelLoaded
 from app.runner_queue import Job, JobCancelled
 from app.secrets import SecretResult, SecretStore
+from app.servers import API_KEY_NOUN
 from inference.protocol import (
     ChatMessage,
     ErrorKind,
@@ -78,15 +79,15 @@ def new_api_key() -> str:
 def get_or_create_api_key(store: SecretStore) -> SecretResult:
     """The server's key from the keyring, made and stored on first use (for this session only when the
     keyring cannot keep it). Blocking: the keyring may take seconds."""
-    current = store.get(API_KEY_NAME)
+    current = store.get(API_KEY_NAME, noun=API_KEY_NOUN)
     if current.value:
         return current
-    return store.set(API_KEY_NAME, new_api_key())
+    return store.set(API_KEY_NAME, new_api_key(), noun=API_KEY_NOUN)
 
 
 def replace_api_key(store: SecretStore) -> SecretResult:
     """A new key; the old one stops working as soon as the server is given this one."""
-    return store.set(API_KEY_NAME, new_api_key())
+    return store.set(API_KEY_NAME, new_api_key(), noun=API_KEY_NOUN)
 
 
 class RequestError(Exception):

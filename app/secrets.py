@@ -168,21 +168,22 @@ class SecretStore:
         self._session: dict[str, str] = {}
         self._session_reasons: dict[str, str] = {}
 
-    def get(self, name: str) -> SecretResult:
+    def get(self, name: str, *, noun: str = "token") -> SecretResult:
+        """`noun` is what the user calls the secret, for the reason given when the keyring fails."""
         with self._lock:
             # A value the user gave this session is newer than anything the keyring may hold.
             if name in self._session:
                 return SecretResult(self._session[name], persisted=False, reason=self._session_reasons[name])
         outcome = self._caller.call(lambda backend: backend.get_password(self._service, name))
         if not outcome.ok:
-            reason = f"{outcome.reason}; a saved token cannot be read."
+            reason = f"{outcome.reason}; a saved {noun} cannot be read."
             log.warning("Could not read secret %r: %s", name, reason)
             return SecretResult(None, persisted=False, reason=reason)
         if outcome.value is not None:
             register_secret(outcome.value)
         return SecretResult(outcome.value, persisted=True)
 
-    def set(self, name: str, value: str) -> SecretResult:
+    def set(self, name: str, value: str, *, noun: str = "token") -> SecretResult:
         register_secret(value)
         outcome = self._caller.call(
             lambda backend: backend.set_password(self._service, name, value), secret=value
@@ -192,19 +193,19 @@ class SecretStore:
                 self._session.pop(name, None)
                 self._session_reasons.pop(name, None)
                 return SecretResult(value, persisted=True)
-            reason = f"{outcome.reason}; the token is kept for this session only."
+            reason = f"{outcome.reason}; the {noun} is kept for this session only."
             self._session[name] = value
             self._session_reasons[name] = reason
         log.warning("Could not store secret %r: %s", name, reason)
         return SecretResult(value, persisted=False, reason=reason)
 
-    def delete(self, name: str) -> SecretResult:
+    def delete(self, name: str, *, noun: str = "token") -> SecretResult:
         with self._lock:
             self._session.pop(name, None)
             self._session_reasons.pop(name, None)
         outcome = self._caller.call(lambda backend: _delete_if_present(backend, self._service, name))
         if not outcome.ok:
-            reason = f"{outcome.reason}; a saved token could not be removed."
+            reason = f"{outcome.reason}; a saved {noun} could not be removed."
             log.warning("Could not delete secret %r: %s", name, reason)
             return SecretResult(None, persisted=False, reason=reason)
         return SecretResult(None, persisted=True)

@@ -29,6 +29,7 @@ MAX_NAME_CHARS: Final = 40
 MAX_KEY_CHARS: Final = 4096
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _KEY_PREFIX: Final = "server-api-key:"
+API_KEY_NOUN: Final = "API key"  # how keyring failures name the secret to the user
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,8 @@ class ServerRegistry:
             others = [s for s in self._read() if s.name.casefold() != server.name.casefold()]
             self._write([*others, server])
         if key:
-            return server, self._secrets.set(_KEY_PREFIX + server.name, key)
-        self._secrets.delete(_KEY_PREFIX + server.name)
+            return server, self._secrets.set(_KEY_PREFIX + server.name, key, noun=API_KEY_NOUN)
+        self._secrets.delete(_KEY_PREFIX + server.name, noun=API_KEY_NOUN)
         return server, None
 
     @staticmethod
@@ -157,7 +158,7 @@ class ServerRegistry:
         server = self.get(name)
         with self._lock:
             self._write([s for s in self._read() if s.name != server.name])
-        return server, self._secrets.delete(_KEY_PREFIX + server.name)
+        return server, self._secrets.delete(_KEY_PREFIX + server.name, noun=API_KEY_NOUN)
 
     def set_api_key(self, name: str, api_key: str | None) -> SecretResult:
         """Blocking (the keyring): replace the server's key, or remove it (None or blank).
@@ -168,8 +169,8 @@ class ServerRegistry:
         server = self.get(name)
         key = check_key_text(api_key) if api_key is not None else ""
         if key:
-            return self._secrets.set(_KEY_PREFIX + server.name, key)
-        return self._secrets.delete(_KEY_PREFIX + server.name)
+            return self._secrets.set(_KEY_PREFIX + server.name, key, noun=API_KEY_NOUN)
+        return self._secrets.delete(_KEY_PREFIX + server.name, noun=API_KEY_NOUN)
 
     def set_ca_bundle(self, name: str, ca_bundle: Path | None) -> Server:
         """Trust the CAs in this PEM file for the server instead of the system's (None: the system's again).
@@ -187,10 +188,10 @@ class ServerRegistry:
 
     def api_key(self, name: str) -> str | None:
         """Blocking (the keyring, up to its timeout)."""
-        return self._secrets.get(_KEY_PREFIX + check_name(name)).value or None
+        return self._secrets.get(_KEY_PREFIX + check_name(name), noun=API_KEY_NOUN).value or None
 
     def key_status(self, name: str) -> KeyStatus:
-        result = self._secrets.get(_KEY_PREFIX + check_name(name))
+        result = self._secrets.get(_KEY_PREFIX + check_name(name), noun=API_KEY_NOUN)
         keyring = self._secrets.status()
         return KeyStatus(result.value is not None, result.persisted, keyring.backend_name, result.reason)
 

@@ -317,7 +317,7 @@ def test_a_key_the_keyring_cannot_take_is_used_for_this_session_and_says_so(
         "Using the new API key for lab for this session only: No system"
     )
     assert listed(dialog)["lab"][KEY] == "This session only"
-    assert "kept for this session only" in dialog.detailLabel.text()
+    assert "the API key is kept for this session only" in dialog.detailLabel.text()
     assert RIGHT_KEY not in (hermetic_home / SERVERS_FILE).read_text()
 
 
