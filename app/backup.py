@@ -6,7 +6,6 @@ miss what is still in the WAL) and are trusted only after `PRAGMA integrity_chec
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import sqlite3
@@ -17,11 +16,9 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from app.conversations import EXPORT_FORMATS, ConversationStore, export_filename
 from app.db import BUSY_TIMEOUT_MS, backup_name, copy_verified, known_revisions
-from app.errors import DatabaseError, HearthError
+from app.errors import HearthError
 from app.paths import HearthPaths
-from app.settings import write_text_atomically
 
 log = logging.getLogger("hearth.backup")
 
@@ -42,13 +39,6 @@ class RestoreResult:
     # Where the database that was replaced went: a verified backup, or (damaged) the file moved aside.
     previous: Path | None
     previous_damaged: bool
-
-
-@dataclass(frozen=True)
-class SalvageReport:
-    written: list[Path]
-    # (conversation id, title, why) for each conversation whose text could not be read.
-    unreadable: list[tuple[int, str, str]]
 
 
 def create_backup(paths: HearthPaths, destination: Path | None = None) -> Path:
@@ -154,36 +144,6 @@ def _restore(paths: HearthPaths, backup: Path) -> RestoreResult:
     staged.replace(target)
     log.warning("restored %s from %s (the previous database is at %s)", target, backup, previous)
     return RestoreResult(backup, previous, damaged)
-
-
-def export_readable(store: ConversationStore, folder: Path, fmt: str) -> SalvageReport:
-    """Export every conversation that can still be read, one file each; for a damaged database, where the
-    pages of some conversations cannot be read but the others can. Never writes to the database."""
-    if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"fmt must be one of {EXPORT_FORMATS}, not {fmt!r}")
-    conversations = store.list_conversations()
-    written: list[Path] = []
-    unreadable: list[tuple[int, str, str]] = []
-    for conversation in conversations:
-        try:
-            if fmt == "md":
-                content = store.export_markdown(conversation.id)
-            else:
-                content = json.dumps(store.export_json(conversation.id), indent=2, ensure_ascii=False) + "\n"
-        except DatabaseError as exc:
-            log.warning("conversation %d could not be read: %s", conversation.id, exc)
-            unreadable.append((conversation.id, conversation.title, str(exc)))
-            continue
-        target = folder / export_filename(conversation, fmt)
-        try:
-            write_text_atomically(target, content)
-        except OSError as exc:
-            raise HearthError(
-                f"Could not write {target}: {exc.strerror or exc}. {len(written)} of the conversations "
-                "were exported before it."
-            ) from exc
-        written.append(target)
-    return SalvageReport(written, unreadable)
 
 
 def _integrity(conn: sqlite3.Connection) -> str:

@@ -790,15 +790,10 @@ def _cmd_conversation_export(core: Core, args: argparse.Namespace, out: TextIO) 
         folder = Path(args.output)
         if folder.exists() and not folder.is_dir():
             raise HearthError(f"{folder} is a file; --all needs a folder to write into.")
-        if core.damaged:
-            from app.backup import export_readable
-
-            salvage = export_readable(store, folder, args.format)
-            written = salvage.written
-            for conversation_id, title, _why in salvage.unreadable:
-                out.write(f"Could not read conversation {conversation_id} ({title}): it is damaged\n")
-        else:
-            written = store.export_all(folder, args.format)
+        report = store.export_all(folder, args.format)
+        written = report.written
+        for conversation_id, title, _why in report.unreadable:
+            out.write(f"Could not read conversation {conversation_id} ({title}): it is damaged\n")
         out.write(f"Exported {_count(len(written), 'conversation')} to {folder}\n")
         for path in written:
             out.write(f"{path}\n")

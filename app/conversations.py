@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,9 +24,11 @@ from sqlalchemy.orm import Session
 
 from app.chat_import import HEARTH_FORMAT, HEARTH_VERSION, ImportedConversation, ParsedImport, parse_file
 from app.db import Database
-from app.errors import ConversationNotFound, HearthError, MessageNotFound
+from app.errors import ConversationNotFound, DatabaseError, HearthError, MessageNotFound
 from app.models_orm import MESSAGE_STATUSES, ROLES, ConversationRow, MessageRow
 from app.settings import clean_generation_settings, write_text_atomically
+
+log = logging.getLogger("hearth.conversations")
 
 DEFAULT_TITLE = "New chat"
 AUTO_TITLE_CHARS = 60
@@ -325,6 +328,13 @@ def message_record(m: Message) -> dict[str, Any]:
         "created_at": m.created_at.isoformat(),
         "updated_at": m.updated_at.isoformat(),
     }
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    written: list[Path]
+    # (conversation id, title, why) for each conversation whose text could not be read.
+    unreadable: list[tuple[int, str, str]]
 
 
 class ConversationStore:
@@ -834,27 +844,37 @@ class ConversationStore:
                 lines += [note, ""]
         return "\n".join(lines).rstrip("\n") + "\n"
 
-    def export_all(self, directory: Path, fmt: str) -> list[Path]:
-        """One file per conversation (not those in the trash), named `<id>-<title>.md|json`; returns them."""
+    def export_all(self, directory: Path, fmt: str) -> ExportReport:
+        """One file per conversation (not those in the trash), named `<id>-<title>.md|json`.
+
+        A conversation whose text cannot be read (a damaged page) is skipped and reported, so the others
+        still get out: this is also how a damaged database is salvaged. Never writes to the database.
+        """
         if fmt not in EXPORT_FORMATS:
             raise ValueError(f"fmt must be one of {EXPORT_FORMATS}, not {fmt!r}")
         directory = Path(directory)
-        written: list[Path] = []
+        report = ExportReport([], [])
         for conversation in self.list_conversations():
+            try:
+                if fmt == "md":
+                    content = self.export_markdown(conversation.id)
+                else:
+                    exported = self.export_json(conversation.id)
+                    content = json.dumps(exported, indent=2, ensure_ascii=False) + "\n"
+            except DatabaseError as exc:
+                log.warning("conversation %d could not be read: %s", conversation.id, exc)
+                report.unreadable.append((conversation.id, conversation.title, str(exc)))
+                continue
             target = directory / export_filename(conversation, fmt)
-            if fmt == "md":
-                content = self.export_markdown(conversation.id)
-            else:
-                content = json.dumps(self.export_json(conversation.id), indent=2, ensure_ascii=False) + "\n"
             try:
                 write_text_atomically(target, content)
             except OSError as exc:
                 raise HearthError(
-                    f"Could not write {target}: {exc.strerror or exc}. {len(written)} of the conversations "
-                    "were exported before it."
+                    f"Could not write {target}: {exc.strerror or exc}. {len(report.written)} of the "
+                    "conversations were exported before it."
                 ) from exc
-            written.append(target)
-        return written
+            report.written.append(target)
+        return report
 
     def import_file(self, path: Path) -> ImportReport:
         """Import a Hearth JSON export or ChatGPT's conversations.json, all of it or (on any error) nothing.

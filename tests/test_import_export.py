@@ -354,7 +354,7 @@ def test_export_all_writes_one_safely_named_file_per_conversation(
     store.trash_conversation(trashed.id)
 
     folder = tmp_path / "out" / "nested"
-    written = store.export_all(folder, "md")
+    written = store.export_all(folder, "md").written
     assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in written)
     assert len(written) == len(titles)
     for path in written:
@@ -369,7 +369,7 @@ def test_export_all_writes_one_safely_named_file_per_conversation(
     assert "about CON" in (folder / f"{ids[1]:05d}-CON.md").read_text(encoding="utf-8")
 
     # JSON files import back one by one.
-    json_files = store.export_all(tmp_path / "json", "json")
+    json_files = store.export_all(tmp_path / "json", "json").written
     for path in json_files:
         store.import_file(path)
     assert len(store.list_conversations()) == 2 * len(titles)

@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import shiboken6
@@ -47,8 +46,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.backup import BackupInfo, RestoreResult, SalvageReport, export_readable, list_backups, restore_backup
-from app.conversations import Conversation, ImportReport, Message, SearchHit, export_filename
+from app.backup import BackupInfo, RestoreResult, list_backups, restore_backup
+from app.conversations import Conversation, ExportReport, ImportReport, Message, SearchHit, export_filename
 from app.engine import ContextUsage, ModelStatus
 from app.errors import HearthError
 from app.library import InstalledModel
@@ -980,10 +979,13 @@ class MainWindow(QMainWindow):
             return
         store = self._services.store
 
-        def done(written: list[Path]) -> None:
-            self._show_info(
-                self.tr("Exported %n chat(s) to {folder}", "", len(written)).format(folder=folder)
+        def done(report: ExportReport) -> None:
+            message = self.tr("Exported %n chat(s) to {folder}", "", len(report.written)).format(
+                folder=folder
             )
+            if report.unreadable:
+                message += " · " + self.tr("%n could not be read", "", len(report.unreadable))
+            self._show_info(message)
 
         self._run(lambda: store.export_all(folder, fmt), done)
 
@@ -1004,9 +1006,9 @@ class MainWindow(QMainWindow):
         if folder is None:
             return
         store = self._services.store
-        self._run(lambda: export_readable(store, folder, "json"), self._salvaged)
+        self._run(lambda: store.export_all(folder, "json"), self._salvaged)
 
-    def _salvaged(self, report: SalvageReport) -> None:
+    def _salvaged(self, report: ExportReport) -> None:
         message = self.tr("Exported %n conversation(s)", "", len(report.written))
         if report.unreadable:
             message += " · " + self.tr("%n could not be read", "", len(report.unreadable))
