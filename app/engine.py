@@ -354,6 +354,21 @@ class ChatEngine:
             if callbacks is not None:
                 callbacks.model_status(self.status())
 
+    def release_model(self, path: Path) -> bool:
+        """Blocking, in turn with replies: stop the runner if it has the file at `path` loaded, so the file
+        can be deleted (Windows refuses to delete a mapped file; elsewhere its disk space would stay in use
+        until the runner ended). Returns whether it was loaded; the next turn starts a fresh runner.
+
+        By path, not by bytes: a copy with the same bytes as the loaded model is not loaded again, so the
+        runner never maps it."""
+        with self._queue.turn(Job()):
+            if self._model is None or Path(self._model.path) != Path(path):
+                return False
+            self._client.close()
+            self._model = None
+            self._context_length = None
+            return True
+
     def model_to_autoload(self) -> tuple[str | None, str]:
         """The model to load at start-up, or None and why not."""
         models = self.library.list_models()

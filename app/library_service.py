@@ -308,6 +308,9 @@ class LibraryService(QObject):
 
     def remove(self, name: str) -> None:
         def work() -> None:
+            engine = self._chat.engine
+            if engine.release_model(self._library.get(name).path):
+                self._chat.modelStatus.emit(engine.status())
             model, deleted = remove_installed(self._library, name)
             self.removed.emit(name, model.total_size_bytes if deleted else 0)
             self._refresh()

@@ -8,6 +8,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
     from tests.ui_fixtures import GuiSessions
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+# A shell that starts pytest as a background job (`… &` without job control) ignores SIGINT, children
+# inherit that, and Python then leaves Ctrl-C ignored in them: the tests that press Ctrl-C on a `hearth`
+# command would wait forever. A handler here is reset to the default in every child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 STARTER_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

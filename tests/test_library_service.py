@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import keyring
+import psutil
 import pytest
 from keyring.backends import fail
 from PySide6.QtCore import Qt
@@ -25,6 +26,7 @@ from app.settings import Settings, save_settings
 from app.token import TokenStatus
 from tests.gguf_factory import TensorSpec, gguf_bytes
 from tests.hubserver import HubServer, ServedFile, starter_file
+from tests.model_files import with_chat_template
 
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"
 TOKEN = "hf_ServiceTokenServiceToken01234567"
@@ -269,3 +271,27 @@ def test_a_switch_that_cannot_load_says_why(qtbot: QtBot, paths: HearthPaths, st
     name, loaded, detail = finished.args
     assert (name, loaded) == ("no-such-model", False)
     assert detail.startswith("No installed model is named 'no-such-model'")
+
+
+@pytest.mark.model
+def test_removing_the_loaded_model_stops_the_runner_before_deleting_its_file(
+    qtbot: QtBot, paths: HearthPaths, started: Started, starter_model: Path, tmp_path: Path
+) -> None:
+    services, _ = started.open(paths)
+    # Different bytes from the starter model (which cannot be removed), so it is a model of its own.
+    other = with_chat_template(starter_model, tmp_path / "other.gguf", "{{ messages[-1].content }}")
+    installed = services.core.library.import_file(other, name="other")
+    engine = services.chat.engine
+    engine.prepare(installed.name)
+    runner = engine.client.pid
+    assert runner is not None and psutil.Process(runner).is_running()
+
+    with (
+        qtbot.waitSignal(services.chat.modelStatus, timeout=WAIT_MS) as unloaded,
+        qtbot.waitSignal(services.library_service.removed, timeout=WAIT_MS),
+    ):
+        services.library_service.remove(installed.name)
+    assert unloaded.args[0].state == "unloaded"
+    assert engine.loaded is None and not psutil.pid_exists(runner)
+    assert not installed.path.exists()
+    assert "other" not in [m.name for m in services.core.library.list_models()]
