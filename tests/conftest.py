@@ -22,6 +22,7 @@ from app.conversations import ConversationStore
 from app.core import Core
 from app.db import Database
 from app.engine import ChatEngine
+from app.library import ModelLibrary
 from app.paths import resolve_home
 
 if TYPE_CHECKING:
@@ -118,6 +119,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture
 def starter_model() -> Path:
     return _require_starter_model()
+
+
+@pytest.fixture
+def library(hermetic_home: Path) -> Iterator[ModelLibrary]:
+    """A model library on its own database in the hermetic home, for tests that need no Core."""
+    opened = Database.open(hermetic_home / "hearth.sqlite3", hermetic_home / "backups")
+    yield ModelLibrary(opened, hermetic_home / "models")
+    opened.dispose()
 
 
 @pytest.fixture

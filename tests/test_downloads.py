@@ -10,14 +10,12 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import filelock
 import pytest
 
 import app.downloads as downloads_module
-from app.db import Database
 from app.downloads import (
     DownloadCancelled,
     DownloadControl,
@@ -45,13 +43,6 @@ FAST = RetryPolicy(
     max_failures_without_progress=3,
 )
 GIVE_UP_AT_ONCE = RetryPolicy(stall_timeout_s=0.5, base_delay_s=0.01, max_failures_without_progress=0)
-
-
-@pytest.fixture
-def library(hermetic_home: Path) -> Iterator[ModelLibrary]:
-    db = Database.open(hermetic_home / "hearth.sqlite3", hermetic_home / "backups")
-    yield ModelLibrary(db, hermetic_home / "models")
-    db.dispose()
 
 
 @pytest.fixture

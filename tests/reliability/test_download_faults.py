@@ -18,14 +18,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import pytest
 
 import app.downloads as downloads_module
-from app.db import Database
 from app.downloads import (
     FREE_SPACE_MARGIN,
     DownloadControl,
@@ -40,26 +38,12 @@ from app.hub import HubAuthError, HubClient, HubGatedError, HubRateLimited
 from app.library import ModelLibrary
 from tests.hubserver import HubServer, ServedFile, starter_file
 from tests.reliability.conftest import RecordFault
+from tests.test_downloads import FAST, GIVE_UP_AT_ONCE
 
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"
 NAME = "SmolLM2-135M-Instruct.Q4_1"
 TOKEN = "hf_ReliabilitySuiteTokenThatMustNeverLeak42"
-FAST = RetryPolicy(
-    stall_timeout_s=0.5,
-    connect_timeout_s=2,
-    base_delay_s=0.01,
-    max_delay_s=0.05,
-    max_failures_without_progress=3,
-)
-GIVE_UP_AT_ONCE = RetryPolicy(stall_timeout_s=0.5, base_delay_s=0.01, max_failures_without_progress=0)
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def library(hermetic_home: Path) -> Iterator[ModelLibrary]:
-    db = Database.open(hermetic_home / "hearth.sqlite3", hermetic_home / "backups")
-    yield ModelLibrary(db, hermetic_home / "models")
-    db.dispose()
 
 
 @pytest.fixture
