@@ -21,7 +21,7 @@ from app.errors import (
     ReplyNotSaved,
 )
 from app.library import InstalledModel, ModelLibrary
-from app.openai_client import ChatStream, StreamCancel, request_sampling
+from app.openai_client import StreamCancel, request_sampling
 from app.reasoning import DEFAULT_MARKERS, ReasoningMarkers, ReplyText, Split, markers_for_template
 from app.runner_queue import Job, RunnerQueue
 from app.servers import Server, ServerRegistry
@@ -198,7 +198,6 @@ class ChatEngine:
         self._queue = RunnerQueue(acquired=self._reset_cancel, cancel_running=self._cancel_running)
         self._remote_cancel = StreamCancel()
         self._remote_server: Server | None = None  # the server the last remote turn went to, for status()
-        self._remote_stream: ChatStream | None = None  # the reply streaming from a server right now
         # Final writes of replies that failed (a full disk): written before the next turn, and at close.
         self._unsaved: dict[int, Callable[[], object]] = {}
 
@@ -557,7 +556,10 @@ class ChatEngine:
         if note:
             callbacks.context_note(assistant.id, note)
         request = GenerateRequest(uuid.uuid4().hex, fitted.messages, sampling)
-        return self._stream(conversation_id, user_id, assistant.id, request, callbacks, note=note)
+        markers = self._reasoning_markers
+        reply = ReplyText(markers or DEFAULT_MARKERS, lone_close=markers is not None)
+        events = self._generate(request)
+        return self._stream(conversation_id, user_id, assistant.id, events, reply, callbacks, note=note)
 
     def _store_prompt(
         self,
@@ -625,10 +627,11 @@ class ChatEngine:
                 server_url=server.url,
             )
             callbacks.started(conversation_id, user_id, assistant.id)
-            self._remote_stream = stream
-            return self._stream(conversation_id, user_id, assistant.id, request, callbacks)
+            # Servers send `reasoning_content` wrapped in <think> … </think>; a server that pre-fills <think>
+            # for an R1 model but streams its raw text sends only the closing marker.
+            reply = ReplyText(DEFAULT_MARKERS)
+            return self._stream(conversation_id, user_id, assistant.id, stream.events(), reply, callbacks)
         finally:
-            self._remote_stream = None
             stream.close()
 
     @staticmethod
@@ -712,22 +715,17 @@ class ChatEngine:
         conversation_id: int,
         user_id: int,
         assistant_id: int,
-        request: GenerateRequest,
+        events: Iterator[PromptReady | TokenDelta | Finished | Failed],
+        reply: ReplyText,
         callbacks: TurnCallbacks,
         *,
         note: str | None = None,
     ) -> TurnResult:
-        """Stream the reply into the database. `note` is what the overflow policy left out of the prompt."""
-        if self._remote_stream is not None:
-            # Servers send `reasoning_content` wrapped in <think> … </think>; a server that pre-fills <think>
-            # for an R1 model but streams its raw text sends only the closing marker.
-            reply = ReplyText(DEFAULT_MARKERS)
-        else:
-            markers = self._reasoning_markers
-            reply = ReplyText(markers or DEFAULT_MARKERS, lone_close=markers is not None)
+        """Stream the reply from `events` (the runner's or a server's) into the database, split into answer
+        and reasoning by `reply`. `note` is what the overflow policy left out of the prompt."""
         last_flush = time.monotonic()
         outcome: Finished | Failed | None = None
-        for event in self._generate(request):
+        for event in events:
             if isinstance(event, PromptReady):
                 reply.parser.after_prompt(event.prompt_end)
             elif isinstance(event, TokenDelta):
@@ -789,8 +787,7 @@ class ChatEngine:
             callbacks.delta(assistant_id, split.answer, n_tokens)
 
     def _generate(self, request: GenerateRequest) -> Iterator[PromptReady | TokenDelta | Finished | Failed]:
-        stream = self._remote_stream
-        return stream.events() if stream is not None else self._client.generate(request)
+        return self._client.generate(request)
 
     def _flush(self, assistant_id: int, reply: ReplyText) -> None:
         try:
