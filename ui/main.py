@@ -82,15 +82,19 @@ def _bring_forward(window: MainWindow) -> None:
     window.activateWindow()
 
 
+def _could_not_start(exc: HearthError, *, smoke_test: bool) -> int:
+    log.error("could not start: %s", exc)
+    if not smoke_test:
+        _report_startup_failure(str(exc))
+    return 1
+
+
 def run_gui(paths: HearthPaths, *, smoke_test: bool = False, argv: list[str] | None = None) -> int:
     app = create_application(argv)
     try:
         instance = SingleInstance.claim(paths)
     except HearthError as exc:
-        log.error("could not start: %s", exc)
-        if not smoke_test:
-            _report_startup_failure(str(exc))
-        return 1
+        return _could_not_start(exc, smoke_test=smoke_test)
     if instance is None:
         # The window already open for this data directory was asked to come to the front.
         return 0
@@ -104,10 +108,7 @@ def _run_window(app: QApplication, paths: HearthPaths, instance: SingleInstance,
     try:
         services = AppServices.start(paths)
     except HearthError as exc:
-        log.error("could not start: %s", exc)
-        if not smoke_test:
-            _report_startup_failure(str(exc))
-        return 1
+        return _could_not_start(exc, smoke_test=smoke_test)
 
     shutdown = _Once(services)
     app.aboutToQuit.connect(shutdown)
