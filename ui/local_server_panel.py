@@ -137,6 +137,7 @@ class LocalServerPanel(QWidget):
             self._starting = False
             self._services.update_settings(local_server_enabled=False)
             self._server.stop()
+        self.portSpin.setEnabled(not on)
         self._show_state()
 
     def _on_state(self, state: ServerState) -> None:
