@@ -21,8 +21,8 @@
 # It then installs both into build/gpu-check/site (first on PYTHONPATH; the venv is left as it was), makes
 # its own test model (a 1.2 B-parameter llama-architecture GGUF with random Q8_0 weights and the starter
 # model's tokenizer: bench/gpu/make_model.py), and runs bench/gpu/check.py: doctor sees the GPU, the plan
-# offloads every layer, P7 predicted vs NVML-measured VRAM, G2 headroom after 2,000 generated tokens, G1
-# app path vs bare decode loop. Exits 1 when a bar is missed.
+# offloads every layer, P7 predicted vs NVML-measured VRAM, G2 headroom after 2,000 generated tokens, a
+# generated mixture-of-experts model loaded with its experts in system memory, G1 app path vs bare decode loop. Exits 1 when a bar is missed.
 #
 # Environment: HEARTH_VENV (default .venv), HEARTH_GPU_CHECK_TOKENS (default 2000),
 # HEARTH_GPU_CHECK_MODEL=1b (default) or 3b (Llama-3.2-3B proportions, 3.3 GB), or tiny (2 layers: checks

@@ -29,9 +29,10 @@ What llama.cpp allocates, and how it is modelled here:
   sized by the general rule.
 - Mixture of experts: the routed-expert tensors (`ffn_{gate,up,down}_exps`, one 3-D tensor per layer holding
   every expert) may stay in system memory while everything else is offloaded: llama.cpp's
-  `--override-tensor exps=CPU` / `--cpu-moe`, whose pattern (_EXPERT_TENSOR below) leaves shared experts
-  (`*_shexp`) and the router on the GPU. Only expert_used_count of expert_count experts are read per token,
-  so that placement keeps most of the full-offload speed.
+  `--override-tensor exps=CPU` / `--cpu-moe`, whose pattern (inference.tensor_overrides, which the runner
+  loads with) leaves shared experts (`*_shexp`) and the router on the GPU. Only
+  expert_used_count of expert_count experts are read per token, so that placement keeps much of the
+  full-offload speed; inference.planner takes it when it is faster than offloading whole layers.
 - Compute buffers: the worst-case graph llama.cpp reserves for one ubatch. Its peak is whichever is larger
   of the output step (logits for every token of the ubatch) and the attention step (without flash
   attention the KQ matrix n_kv × n_ubatch × n_head in f32, plus its mask). Checked against llama.cpp's own
@@ -51,6 +52,7 @@ from typing import Final
 
 from inference.gguf import GGML_TYPES, ArraySummary, GGUFHeader
 from inference.hardware import GpuInfo, HardwareReport
+from inference.tensor_overrides import EXPERT_TENSOR_PATTERN
 
 MIB: Final = 1 << 20
 
@@ -74,10 +76,6 @@ CUDA_HOST_RAM_BYTES: Final = 512 * MIB
 # current GPU has about ten times the bandwidth of dual-channel desktop RAM (RTX 4090 1,008 GB/s vs
 # DDR5-6000 ~90 GB/s; RTX 3060 360 GB/s vs DDR4-3200 ~50 GB/s).
 GPU_TO_CPU_BANDWIDTH: Final = 10.0
-# Why the experts-on-CPU placement is reported but never chosen: llama.cpp does it with tensor buffer-type
-# overrides, and llama-cpp-python 0.3.36's Llama() has no parameter for them (its llama_model_params binding
-# declares `tensor_buft_overrides` as an unused void pointer and Llama() never sets it).
-EXPERTS_ON_CPU_UNAVAILABLE: Final = "llama-cpp-python 0.3.36 cannot pass llama.cpp's tensor overrides"
 # Context is never reduced below this (or below what was asked for, if less) to make a file fit.
 MIN_RECOMMENDED_CONTEXT: Final = 4096
 # llama.cpp takes 4-byte floats for every activation in the compute graph.
@@ -127,8 +125,7 @@ _SWA_PATTERNS: Final[Mapping[str, tuple[int, int | None]]] = {
 }
 
 _BLOCK: Final = re.compile(r"^blk\.(\d+)\.")
-# The tensors llama.cpp's `--cpu-moe` keeps in system memory (common/common.h, LLM_FFN_EXPS_REGEX).
-_EXPERT_TENSOR: Final = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
+_EXPERT_TENSOR: Final = re.compile(EXPERT_TENSOR_PATTERN)
 # Tensors llama.cpp keeps with the input layer (always in system memory).
 _INPUT_TENSOR_PREFIXES: Final = ("token_embd", "position_embd", "token_types", "per_layer_token_embd")
 
@@ -244,7 +241,7 @@ class FitEstimate:
     flash_attn: bool = False
     breakdown: MemoryBreakdown = field(default_factory=MemoryBreakdown)
     # For a mixture-of-experts model that does not fit fully on the GPU: the placement (verdict "experts_cpu")
-    # that offloads everything but the routed experts, when that fits. Hearth cannot load it that way yet.
+    # that offloads everything but the routed experts, when that fits.
     experts_on_cpu: FitEstimate | None = None
 
     @property
@@ -492,7 +489,7 @@ def estimate_fit(
             speed = alternative.expected_speed_ratio or 0.0
             notes.append(
                 f"fits on {gpu.name} with the expert tensors in system memory (llama.cpp's --cpu-moe), "
-                f"at about {speed:.0%} of full-offload speed, but {EXPERTS_ON_CPU_UNAVAILABLE}"
+                f"at about {speed:.0%} of full-offload speed"
             )
         # More layers on the GPU never need less VRAM, so the largest k that fits is found by bisection.
         k = _largest(0, p.n_layers, lambda layers: fit.gpu_fits(fit.placement(ctx, layers)))

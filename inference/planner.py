@@ -28,6 +28,7 @@ MIN_CONTEXT = 512
 # window llama.cpp has already overwritten: unlike llama-server it does not check llama_memory_seq_pos_min.
 # The estimator models both; switching needs that check in the runner first.
 SWA_FULL = True
+EXPERTS_IN_RAM = ", experts in system memory"
 
 
 def plan_load(
@@ -65,8 +66,20 @@ def plan_load(
             gpu_offload=use_gpu,
             n_gpu_layers=forced,
         )
-    n_ctx = estimate.context
+    experts = estimate.experts_on_cpu
+    experts_on_cpu = experts is not None and (experts.expected_speed_ratio or 0.0) > (
+        estimate.expected_speed_ratio or 0.0  # None: CPU only, slower than any offload
+    )
     notes = list(estimate.notes)
+    if experts is not None and experts_on_cpu:
+        if estimate.verdict == "partial":
+            layers_speed = estimate.expected_speed_ratio or 0.0
+            notes.append(
+                f"faster than {estimate.n_gpu_layers}/{estimate.n_layers} whole layers on the GPU "
+                f"(about {layers_speed:.0%})"
+            )
+        estimate = experts
+    n_ctx = estimate.context
     n_gpu_layers = estimate.llama_n_gpu_layers if forced is None else forced
     if estimate.verdict == "too_large":
         n_ctx = min(n_ctx, MIN_CONTEXT)
@@ -74,6 +87,7 @@ def plan_load(
 
     if n_gpu_layers > 0 and gpu is not None:
         summary = f"CUDA · {min(n_gpu_layers, profile.n_layers)}/{profile.n_layers} layers on {gpu.name}"
+        summary += EXPERTS_IN_RAM if experts_on_cpu else ""
     else:
         summary = f"CPU · {_cpu_reason(hardware, gpu, gpu_layers, gpu_offload_supported)}"
     predicted = predict_memory(
@@ -84,6 +98,7 @@ def plan_load(
         flash_attn=estimate.flash_attn,
         n_ubatch=DEFAULT_UBATCH,
         swa_full=SWA_FULL,
+        experts_on_cpu=experts_on_cpu,
     )
     return LoadPlan(
         model_path=model_path,
@@ -96,6 +111,7 @@ def plan_load(
         reason="; ".join([summary, *notes]),
         kv_type=estimate.kv_type,
         swa_full=SWA_FULL,
+        experts_on_cpu=experts_on_cpu,
         predicted_bytes=predicted.as_dict(),
     )
 
@@ -131,9 +147,11 @@ def smaller_plan(plan: LoadPlan, header: GGUFHeader) -> LoadPlan | None:
     """
     if plan.n_gpu_layers > 0:
         layers, n_ctx = min(plan.n_gpu_layers, plan.n_layers) // 2, plan.n_ctx
-        summary = (
-            f"CUDA · {layers}/{plan.n_layers} layers on the GPU" if layers else "CPU · not enough GPU memory"
-        )
+        if layers:
+            summary = f"CUDA · {layers}/{plan.n_layers} layers on the GPU"
+            summary += EXPERTS_IN_RAM if plan.experts_on_cpu else ""
+        else:
+            summary = "CPU · not enough GPU memory"
     elif plan.n_ctx > MIN_CONTEXT:
         layers, n_ctx = 0, max(plan.n_ctx // 2, MIN_CONTEXT)
         summary = plan.reason.split(";")[0]
@@ -147,11 +165,13 @@ def smaller_plan(plan: LoadPlan, header: GGUFHeader) -> LoadPlan | None:
         flash_attn=plan.flash_attn,
         n_ubatch=plan.n_batch,
         swa_full=plan.swa_full,
+        experts_on_cpu=plan.experts_on_cpu and layers > 0,
     )
     return replace(
         plan,
         n_ctx=n_ctx,
         n_gpu_layers=layers,
+        experts_on_cpu=plan.experts_on_cpu and layers > 0,
         reason=f"{summary}; {n_ctx:,}-token context after running out of memory",
         predicted_bytes=predicted.as_dict(),
     )

@@ -70,6 +70,9 @@ class LoadPlan:
     kv_type: str = "f16"  # a key of inference.estimator.KV_CACHE_TYPES; quantized types need flash_attn
     # llama.cpp's default: sliding-window layers keep the whole context, so KV prefix reuse stays valid.
     swa_full: bool = True
+    # Offload every layer but keep the routed-expert tensors of a mixture-of-experts model in system memory
+    # (llama.cpp's --cpu-moe; inference.tensor_overrides).
+    experts_on_cpu: bool = False
     # What the estimator predicts llama.cpp will allocate, keyed like Loaded.memory_bytes.
     predicted_bytes: dict[str, int] = field(default_factory=dict)
 
@@ -119,6 +122,8 @@ class Loaded:
     # the plan predicted under the same keys: inference.estimator.describe_prediction compares the two.
     memory_bytes: dict[str, int] = field(default_factory=dict)
     predicted_bytes: dict[str, int] = field(default_factory=dict)
+    # How many expert tensors llama.cpp reports having placed in system memory for plan.experts_on_cpu.
+    host_expert_tensors: int = 0
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -38,6 +39,7 @@ from inference.protocol import (
     TokenCount,
     TokenDelta,
 )
+from inference.tensor_overrides import experts_in_system_memory, overridden_tensors
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -180,7 +182,7 @@ class Runner:
 
             _disable_llama_cpp_template_compilation()
             _cap_address_space()
-            with buffers:
+            with buffers, experts_in_system_memory() if plan.experts_on_cpu else nullcontext():
                 llm = llama_cpp.Llama(
                     model_path=plan.model_path,
                     n_ctx=plan.n_ctx,
@@ -240,6 +242,7 @@ class Runner:
                 load_seconds=time.perf_counter() - started,
                 memory_bytes=memory,
                 predicted_bytes=dict(plan.predicted_bytes),
+                host_expert_tensors=len(overridden_tensors(buffers.text)),
             )
         )
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from inference.gguf import GGUFHeader, read_header
 from inference.hardware import GpuInfo, HardwareReport
-from tests.gguf_factory import TensorSpec, write_gguf
+from tests.gguf_factory import GGUFValueType, TensorSpec, TypedArray, write_gguf
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -306,3 +306,69 @@ def r1_distill_qwen_7b_file(directory: Path, *, matrix_type: int = Q8_0) -> Path
         "tokenizer.ggml.model": "no_vocab",
     }
     return write_gguf(directory / "r1-distill-qwen-7b.gguf", metadata, tensors)
+
+
+def tiny_moe_file(
+    directory: Path,
+    *,
+    n_layers: int = 2,
+    n_expert: int = 4,
+    n_embd: int = 64,
+    n_ff_exp: int = 32,
+    matrix_type: int = F32,
+) -> Path:
+    """A loadable Qwen3-MoE-architecture model with all-zero weights and a byte-level SentencePiece
+    vocabulary: small enough to load and run anywhere, with real routed-expert tensors
+    (`ffn_{gate,up,down}_exps`) for tests of where llama.cpp puts them. Its replies are meaningless. Larger
+    sizes give the GPU check (bench/gpu/check.py) expert tensors worth measuring; the file stays sparse."""
+    head_dim = 16 if n_embd < 1024 else 128
+    n_head = n_embd // head_dim
+    n_head_kv = max(1, n_head // 4)
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), "▁", "▁a", "▁the"]
+    types = [2, 3, 3, *[6] * 256, 1, 1, 1]  # unknown, control, byte, normal
+    arch = "qwen3moe"
+    metadata: dict[str, object] = {
+        "general.architecture": arch,
+        "general.name": "tiny-moe",
+        f"{arch}.context_length": 4096,
+        f"{arch}.embedding_length": n_embd,
+        f"{arch}.block_count": n_layers,
+        f"{arch}.feed_forward_length": n_ff_exp * 2,
+        f"{arch}.expert_feed_forward_length": n_ff_exp,
+        f"{arch}.attention.head_count": n_head,
+        f"{arch}.attention.head_count_kv": n_head_kv,
+        f"{arch}.attention.key_length": head_dim,
+        f"{arch}.attention.value_length": head_dim,
+        f"{arch}.attention.layer_norm_rms_epsilon": 1e-6,
+        f"{arch}.rope.freq_base": 10000.0,
+        f"{arch}.expert_count": n_expert,
+        f"{arch}.expert_used_count": 2,
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": [0.0] * len(tokens),
+        "tokenizer.ggml.token_type": TypedArray(GGUFValueType.INT32, types),
+        "tokenizer.ggml.bos_token_id": 1,
+        "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.unknown_token_id": 0,
+    }
+    tensors = [
+        TensorSpec("token_embd.weight", (n_embd, len(tokens)), F32),
+        TensorSpec("output_norm.weight", (n_embd,), F32),
+    ]
+    for i in range(n_layers):
+        block = f"blk.{i}"
+        tensors += [
+            TensorSpec(f"{block}.attn_norm.weight", (n_embd,), F32),
+            TensorSpec(f"{block}.attn_q.weight", (n_embd, n_head * head_dim), matrix_type),
+            TensorSpec(f"{block}.attn_k.weight", (n_embd, n_head_kv * head_dim), matrix_type),
+            TensorSpec(f"{block}.attn_v.weight", (n_embd, n_head_kv * head_dim), matrix_type),
+            TensorSpec(f"{block}.attn_output.weight", (n_head * head_dim, n_embd), matrix_type),
+            TensorSpec(f"{block}.attn_q_norm.weight", (head_dim,), F32),
+            TensorSpec(f"{block}.attn_k_norm.weight", (head_dim,), F32),
+            TensorSpec(f"{block}.ffn_norm.weight", (n_embd,), F32),
+            TensorSpec(f"{block}.ffn_gate_inp.weight", (n_embd, n_expert), F32),
+            TensorSpec(f"{block}.ffn_gate_exps.weight", (n_embd, n_ff_exp, n_expert), matrix_type),
+            TensorSpec(f"{block}.ffn_up_exps.weight", (n_embd, n_ff_exp, n_expert), matrix_type),
+            TensorSpec(f"{block}.ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), matrix_type),
+        ]
+    return write_gguf(directory / f"moe-{n_layers}x{n_expert}-{n_embd}.gguf", metadata, tensors)

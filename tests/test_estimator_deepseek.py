@@ -20,7 +20,6 @@ from inference.estimator import (
     within_bar,
 )
 from inference.gguf import read_header
-from inference.planner import plan_load
 from tests.model_shapes import MIB, deepseek_v2_lite_file, hardware, r1_distill_qwen_7b_file
 from tests.test_estimator import dry_run
 
@@ -134,7 +133,8 @@ def test_too_little_vram_reports_the_experts_on_cpu_placement(lite: ModelProfile
         (on_gpu + on_cpu) / (on_gpu + GPU_TO_CPU_BANDWIDTH * on_cpu)
     )
     note = next(n for n in estimate.notes if "--cpu-moe" in n)
-    assert "RTX Test" in note and "cannot pass llama.cpp's tensor overrides" in note
+    assert "RTX Test" in note
+    assert f"about {alternative.expected_speed_ratio:.0%} of full-offload speed" in note
 
     # Not even the expert-free part fits in 2 GiB.
     small = estimate_fit(lite, hardware(vram_mib=2048, ram_mib=64_000), context=8192)
@@ -156,21 +156,6 @@ def test_dense_models_have_no_experts_placement(qwen: ModelProfile) -> None:
     estimate = estimate_fit(qwen, hardware(vram_mib=6000, ram_mib=64_000), context=8192)
     assert estimate.verdict == "partial"
     assert estimate.experts_on_cpu is None
-
-
-def test_the_load_plan_says_why_experts_stay_on_the_gpu_side(tmp_path: Path) -> None:
-    path = deepseek_v2_lite_file(tmp_path)
-    plan = plan_load(
-        str(path),
-        read_header(path),
-        hardware(vram_mib=12_000, ram_mib=64_000),
-        context_length=8192,
-        gpu_layers="auto",
-        n_threads=None,
-        gpu_offload_supported=True,
-    )
-    assert 0 < plan.n_gpu_layers < 27
-    assert "--cpu-moe" in plan.reason and "cannot pass" in plan.reason
 
 
 # --- against llama.cpp itself ----------------------------------------------------------------------------

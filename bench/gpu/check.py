@@ -9,6 +9,10 @@ P7      the plan's predicted VRAM against NVML's used-memory growth over the loa
         (and llama.cpp's buffer report): within 5% or 150 MiB
 G2      after the load and --tokens generated tokens: no failure, VRAM did not keep growing, and at least
         512 MiB of the GPU is still free
+MoE     a generated mixture-of-experts model (8 layers of 16 experts, 2.2 GB of expert weights, sparse on
+        disk) loaded with its experts in system memory (llama.cpp's --cpu-moe, as inference.planner plans it
+        when VRAM is short): every expert tensor overridden to the CPU, the predicted VRAM against NVML's
+        measure (P7), and a reply generated
 G1      tokens/s through the whole app path (bench.stream_overhead.app_path: runner → pipe → worker thread →
         Qt signal, SQLite) against a bare llama.cpp decode loop with the plan's offload and flash attention,
         same GGUF, greedy, EOS ignored, in the same run: ratio ≥ 0.95
@@ -31,11 +35,19 @@ from pathlib import Path
 from typing import Any
 
 from inference.client import RunnerClient
-from inference.estimator import within_bar
+from inference.estimator import predict_memory, within_bar
 from inference.gguf import read_header
 from inference.hardware import llama_backend, probe_hardware
 from inference.planner import plan_load
-from inference.protocol import ChatMessage, Failed, Finished, GenerateRequest, SamplingParams, TokenDelta
+from inference.protocol import (
+    ChatMessage,
+    Failed,
+    Finished,
+    GenerateRequest,
+    LoadPlan,
+    SamplingParams,
+    TokenDelta,
+)
 
 MIB = 1 << 20
 HEADROOM_BAR = 512 * MIB
@@ -124,11 +136,13 @@ def run_checks(model: Path, tokens: int, rounds: int, allow_cpu: bool = False) -
         # --allow-cpu: the same steps on the CPU with memory figures left out, to check this script
         # itself on a machine without a GPU.
         load_and_generate(None, plan, tokens)
+        experts_in_system_memory(None)
     else:
         gpu = max(hardware.gpus, key=lambda g: g.free_mib)
         nvml = Nvml(gpu.index)
         try:
             results += load_and_generate(nvml, plan, tokens)
+            results.append(experts_in_system_memory(nvml))
         finally:
             nvml.close()
 
@@ -205,6 +219,54 @@ def load_and_generate(nvml: Nvml | None, plan: Any, tokens: int) -> list[bool]:
         f"growth during generation {mib(growth)} {verdict(g2)}"
     )
     return [p7, g2]
+
+
+def experts_in_system_memory(nvml: Nvml | None) -> bool:
+    model_shapes: Any = importlib.import_module("tests.model_shapes")
+    n_layers = 8
+    with tempfile.TemporaryDirectory() as work:
+        model = model_shapes.tiny_moe_file(
+            Path(work),
+            n_layers=n_layers,
+            n_expert=16,
+            n_embd=2048,
+            n_ff_exp=1408,
+            matrix_type=1,  # F16
+        )
+        predicted = predict_memory(
+            read_header(model), context=4096, n_gpu_layers=n_layers + 1, flash_attn=True, experts_on_cpu=True
+        )
+        plan = LoadPlan(
+            model_path=str(model),
+            n_ctx=4096,
+            n_gpu_layers=n_layers + 1,
+            n_layers=n_layers,
+            flash_attn=True,
+            n_threads=probe_hardware().cpu_count_physical or 1,
+            experts_on_cpu=True,
+            predicted_bytes=predicted.as_dict(),
+        )
+        before = nvml.memory()[0] if nvml is not None else 0
+        client = RunnerClient(Path(work) / "runner.log")
+        try:
+            loaded = client.load(plan)
+            measured = nvml.memory()[0] - before if nvml is not None else 0
+            sampling = replace(SamplingParams(), max_tokens=32, ignore_eos=True)
+            events = list(client.generate(GenerateRequest("moe", (ChatMessage("user", PROMPT),), sampling)))
+        finally:
+            client.close()
+    overridden = loaded.host_expert_tensors == 3 * n_layers
+    generated = isinstance(events[-1], Finished) and events[-1].stats.completion_tokens == 32
+    p7 = nvml is not None and within_bar(predicted.gpu_total, measured)
+    buffers = ", ".join(f"{k} {mib(v)}" for k, v in sorted(loaded.memory_bytes.items()))
+    placed = f"{loaded.host_expert_tensors}/{3 * n_layers}"
+    print(
+        f"MoE experts in system memory: {placed} expert tensors overridden, "
+        f"llama.cpp buffers: {buffers}; predicted VRAM {mib(predicted.gpu_total)} (weights "
+        f"{mib(predicted.gpu_weights)}) vs NVML-measured {mib(measured)}; 32 tokens generated: {generated} "
+        f"{verdict(overridden and generated and p7)}"
+    )
+    return overridden and generated and p7
 
 
 def main() -> None:
