@@ -24,7 +24,7 @@ from typing import Any, Final
 from urllib.parse import quote, urljoin, urlsplit
 
 import httpx2
-from huggingface_hub import HfApi, __version__, constants, get_session
+from huggingface_hub import HfApi, ModelInfo, __version__, constants, get_session, hf_raise_for_status
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
 from app.errors import HearthError, InvalidModelFile
@@ -38,6 +38,8 @@ DEFAULT_TIMEOUT_S: Final = 30.0
 # A GGUF header is metadata plus the tensor table: a few MiB even with a 256k-token vocabulary.
 MAX_REMOTE_HEADER_BYTES: Final = 64 << 20
 MAX_REDIRECTS: Final = 10
+# What a search result shows, asked for by name (the Hub's `expand`) so each result needs no second request.
+SEARCH_FIELDS: Final = ("downloads", "likes", "gated", "lastModified", "tags", "cardData")
 HEADER_WORKERS: Final = 4
 
 _COMMIT: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -356,16 +358,31 @@ class HubClient:
         """Repositories with GGUF files matching `query`, most downloaded first."""
         if limit < 1:
             raise HearthError("The search limit must be at least 1.")
+        # HfApi.list_models sends this same request, but with no timeout and up to five retries after one:
+        # on a network that silently drops packets the search would spin for minutes, or forever.
+        params: dict[str, Any] | None = {
+            "filter": "gguf",
+            "sort": "downloads",
+            "limit": limit,
+            "expand": list(SEARCH_FIELDS),
+            **({"search": query} if query else {}),
+        }
+        url: str | None = f"{self.endpoint}/api/models"
+        items: list[dict[str, Any]] = []
         with self._api_errors(f"the search for {query!r}", self.endpoint):
-            infos = list(
-                self._api.list_models(
-                    search=query or None,
-                    filter="gguf",
-                    sort="downloads",
-                    limit=limit,
-                    expand=["downloads", "likes", "gated", "lastModified", "tags", "cardData"],
+            while url is not None and len(items) < limit:
+                response = get_session().get(
+                    url, params=params, headers=self._headers_for(url), timeout=self.timeout_s
                 )
-            )
+                hf_raise_for_status(response)
+                page = _json_list(response, f"The Hub at {self.endpoint} answered the search")
+                items += [item for item in page if isinstance(item, dict) and isinstance(item.get("id"), str)]
+                # The next page's link carries the query; one to another origin is not followed.
+                url = response.links.get("next", {}).get("url")
+                url = url if url is not None and _origin(url) == self._origin else None
+                params = None
+        # list_models's own parser of these items (dates, card data); its __init__ takes untyped **kwargs.
+        infos = [ModelInfo(**{"siblings": None, **item}) for item in items[:limit]]  # type: ignore[no-untyped-call]
         return [
             RepoSummary(
                 repo_id=info.id,
@@ -634,6 +651,16 @@ def _transport_reason(exc: httpx2.TransportError) -> str:
     if isinstance(exc, httpx2.ConnectError):
         return "could not connect"
     return "the connection was lost"
+
+
+def _json_list(response: httpx2.Response, what: str) -> list[Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, list):
+        raise HubError(f"{what} with something that is not a list of models.")
+    return data
 
 
 def _offline_error() -> HearthError:

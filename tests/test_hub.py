@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import huggingface_hub
 import pytest
@@ -14,8 +21,10 @@ from app.hub import (
     HttpRangeSource,
     HubAuthError,
     HubClient,
+    HubError,
     HubGatedError,
     HubNotFound,
+    HubUnreachable,
     RemoteFile,
     check_repo_filename,
     check_repo_id,
@@ -155,6 +164,68 @@ def test_search_follows_pagination_links(hub: HubServer) -> None:
     results = HubClient(hub.url).search("model", limit=4)
     assert [r.repo_id for r in results] == [f"owner/model-{i}-GGUF" for i in range(4)]
     assert len(hub.requests_to("/api/models")) == 2
+
+
+class _OddSearch(BaseHTTPRequestHandler):
+    """A mirror whose search answers are not what the Hub sends: `body` as is, plus a `link` header."""
+
+    body = b"[]"
+    link: str | None = None
+    paths: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.paths.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.body)))
+        if self.link is not None:
+            self.send_header("Link", self.link)
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def odd_mirror() -> Iterator[tuple[str, type[_OddSearch]]]:
+    handler = type("Handler", (_OddSearch,), {"paths": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_search_nobody_answers_ends_in_a_clear_error_without_retrying_for_minutes() -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # connections complete, and no byte ever comes back
+        client = HubClient(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout_s=0.5)
+        started = time.monotonic()
+        with pytest.raises(HubUnreachable, match="the connection timed out"):
+            client.search("llama")
+    # One request and its timeout: HfApi.list_models would wait forever, then retry five times.
+    assert time.monotonic() - started < 10
+
+
+def test_a_search_answer_that_is_not_a_model_list_is_an_error(
+    odd_mirror: tuple[str, type[_OddSearch]],
+) -> None:
+    url, handler = odd_mirror
+    handler.body = b"<html>Sign in to the proxy</html>"
+    with pytest.raises(HubError, match="answered the search with something that is not a list of models"):
+        HubClient(url).search("llama")
+
+
+def test_a_next_page_on_another_origin_is_not_followed(odd_mirror: tuple[str, type[_OddSearch]]) -> None:
+    url, handler = odd_mirror
+    handler.body = json.dumps([{"id": "owner/one-GGUF", "downloads": 3}, {"no id": True}]).encode()
+    handler.link = '<http://127.0.0.2:9/api/models?cursor=1>; rel="next"'
+    results = HubClient(url, token="hf_secret").search("one", limit=5)
+    assert [r.repo_id for r in results] == ["owner/one-GGUF"] and results[0].downloads == 3
+    assert len(handler.paths) == 1
 
 
 def test_listing_is_pinned_to_a_commit_with_lfs_hashes(hub: HubServer) -> None:
