@@ -361,7 +361,7 @@ class OpenAIClient:
         verify = _certificate_problem(exc)
         if verify is not None:
             return RemoteError(
-                ErrorKind.SERVER_UNREACHABLE,
+                ErrorKind.SERVER_CERTIFICATE,
                 f"The TLS certificate of {self.name} ({where}) could not be verified ({verify}). For an "
                 "internal server, choose the CA bundle that signed it.",
             )

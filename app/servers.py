@@ -20,6 +20,7 @@ from app.errors import HearthError
 from app.openai_client import OpenAIClient, RemoteError, ServerModel, StreamCancel, normalize_base_url
 from app.secrets import SecretResult, SecretStore
 from app.settings import set_aside, write_text_atomically
+from inference.protocol import ErrorKind
 
 log = logging.getLogger("hearth.servers")
 
@@ -54,6 +55,7 @@ class ServerListing:
     server: Server
     models: tuple[ServerModel, ...] = ()
     error: str | None = None
+    error_kind: ErrorKind | None = None  # None: an unexpected failure
 
 
 def split_model_name(name: str) -> tuple[str, str] | None:
@@ -221,7 +223,7 @@ class ServerRegistry:
         try:
             models = self.client(server).list_models(cancel)
         except RemoteError as exc:
-            return ServerListing(server, error=str(exc))
+            return ServerListing(server, error=str(exc), error_kind=exc.kind)
         return ServerListing(server, tuple(models))
 
     # -- the file -----------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from app.background import Background
 from app.openai_client import ServerModel, StreamCancel
 from app.secrets import SecretResult
 from app.servers import KeyStatus, Server, ServerListing, ServerRegistry
+from inference.protocol import ErrorKind
 
 LISTING_WORKERS: Final = 4
 
@@ -29,6 +30,7 @@ class ServerEntry:
     server: Server
     models: tuple[ServerModel, ...] | None = None  # None: not listed yet, or the last listing failed
     error: str | None = None  # why the last listing failed
+    error_kind: ErrorKind | None = None
     checking: bool = False  # a listing is on its way
     key: KeyStatus | None = None  # None: not read from the keyring yet
 
@@ -84,7 +86,7 @@ class ServersService(QObject):
         result = []
         for entry in self.entries():
             if entry.error is not None:
-                result.append(ServerListing(entry.server, error=entry.error))
+                result.append(ServerListing(entry.server, error=entry.error, error_kind=entry.error_kind))
             elif entry.models is not None:
                 result.append(ServerListing(entry.server, entry.models))
         return result
@@ -171,6 +173,7 @@ class ServersService(QObject):
             state.entry,
             models=None if listing.error is not None else listing.models,
             error=listing.error,
+            error_kind=listing.error_kind,
             checking=False,
         )
         self.changed.emit()

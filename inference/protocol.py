@@ -21,6 +21,7 @@ class ErrorKind(enum.StrEnum):
     # An OpenAI-compatible server (app.openai_client): not reached, key refused, rate-limited, failed,
     # silent for too long, or the connection lost mid-reply.
     SERVER_UNREACHABLE = "server_unreachable"
+    SERVER_CERTIFICATE = "server_certificate"  # its TLS certificate could not be verified
     SERVER_AUTH = "server_auth"
     SERVER_BUSY = "server_busy"
     SERVER_ERROR = "server_error"

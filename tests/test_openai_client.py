@@ -257,7 +257,7 @@ def test_tls_is_verified_and_a_chosen_ca_bundle_is_honoured(tmp_path: Path) -> N
     with serve_faults(certificates=certificates) as server:
         with pytest.raises(RemoteError) as info:
             OpenAIClient(server.url, name="internal").list_models()
-        assert info.value.kind is ErrorKind.SERVER_UNREACHABLE
+        assert info.value.kind is ErrorKind.SERVER_CERTIFICATE
         assert "TLS certificate of internal" in str(info.value) and "CA bundle" in str(info.value)
         trusted = OpenAIClient(server.url, ca_bundle=certificates.ca)
         assert [m.id for m in trusted.list_models()][:1] == ["echo"]

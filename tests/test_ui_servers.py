@@ -211,7 +211,7 @@ def test_remove_a_server_and_its_key_while_its_chats_keep_their_provenance(
     store.finish_message(reply.id, content="Hello", status="complete")
 
     dialog = open_manager(qtbot, window)
-    qtbot.waitUntil(lambda: listed(dialog).get("gone", [""] * 5)[STATE] == "Not available", timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: listed(dialog).get("gone", [""] * 5)[STATE] == "Not reachable", timeout=WAIT_MS)
     assert listed(dialog)["peer"][1:] == [llama_peer.url, "1", "Keyring", "System"]
     select(dialog, "gone")
     assert "Could not connect to gone" in dialog.detailLabel.text()
@@ -249,12 +249,13 @@ def test_a_changed_key_is_used_by_the_next_request_and_a_removed_one_is_gone(
     ServerRegistry(hermetic_home).add("lab", fault_server.url, api_key=WRONG_KEY)
     session = gui.open(resolve_home(), preload_model=False)
     window = session.window
-    qtbot.waitUntil(lambda: "lab: not reachable" in picker_texts(window), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: "lab: API key refused" in picker_texts(window), timeout=WAIT_MS)
     assert fault_server.requests[-1].headers["authorization"] == f"Bearer {WRONG_KEY}"
 
     dialog = open_manager(qtbot, window)
     select(dialog, "lab")
     assert "refused the API key (401" in dialog.detailLabel.text()
+    assert listed(dialog)["lab"][STATE] == "API key refused"
     assert "in the system keyring" in dialog.detailLabel.text()
     click(dialog.changeKeyButton)
     key_dialog = dialog.keyDialog
@@ -285,7 +286,7 @@ def test_a_changed_key_is_used_by_the_next_request_and_a_removed_one_is_gone(
     select(dialog, "lab")
     click(dialog.removeKeyButton)
     assert "Remove the API key for “lab”" in session.answers.confirmations[-1]
-    qtbot.waitUntil(lambda: "lab: not reachable" in picker_texts(window), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: "lab: API key refused" in picker_texts(window), timeout=WAIT_MS)
     assert dialog.statusLabel.text() == "Removed the API key for lab."
     assert listed(dialog)["lab"][KEY] == "None" and not dialog.removeKeyButton.isEnabled()
     assert stored_key("lab") is None
@@ -300,7 +301,7 @@ def test_a_key_the_keyring_cannot_take_is_used_for_this_session_and_says_so(
     keyring.set_keyring(FailKeyring())  # type: ignore[no-untyped-call]
     session = gui.open(resolve_home(), preload_model=False)
     window = session.window
-    qtbot.waitUntil(lambda: "lab: not reachable" in picker_texts(window), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: "lab: API key refused" in picker_texts(window), timeout=WAIT_MS)
     window.serversAction.trigger()
     dialog = window.serversDialog
     assert dialog is not None
@@ -329,10 +330,11 @@ def test_change_a_servers_ca_bundle_and_go_back_to_the_systems(
         ServerRegistry(hermetic_home).add("internal", server.url)
         session = gui.open(resolve_home(), preload_model=False)
         window = session.window
-        qtbot.waitUntil(lambda: "internal: not reachable" in picker_texts(window), timeout=WAIT_MS)
+        qtbot.waitUntil(lambda: "internal: certificate not trusted" in picker_texts(window), timeout=WAIT_MS)
         dialog = open_manager(qtbot, window)
         select(dialog, "internal")
         assert "could not be verified" in dialog.detailLabel.text()
+        assert listed(dialog)["internal"][STATE] == "Certificate not trusted"
 
         session.answers.open_path = None
         click(dialog.changeCaButton)
@@ -347,7 +349,7 @@ def test_change_a_servers_ca_bundle_and_go_back_to_the_systems(
         assert dialog.statusLabel.text() == f"internal is checked against the CAs in {certificates.ca}."
 
         click(dialog.systemCaButton)
-        qtbot.waitUntil(lambda: "internal: not reachable" in picker_texts(window), timeout=WAIT_MS)
+        qtbot.waitUntil(lambda: "internal: certificate not trusted" in picker_texts(window), timeout=WAIT_MS)
         assert saved_servers(hermetic_home)[0]["ca_bundle"] is None
         assert "could not be verified" in dialog.detailLabel.text()
 
@@ -381,7 +383,7 @@ def test_a_server_that_comes_up_is_listed_when_the_picker_is_opened_again(
     click(dialog.refreshButton)
     qtbot.waitUntil(lambda: "later: not reachable" in picker_texts(window), timeout=WAIT_MS)
     assert "later/echo" not in picker_texts(window)
-    qtbot.waitUntil(lambda: listed(dialog)["later"][STATE] == "Not available", timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: listed(dialog)["later"][STATE] == "Not reachable", timeout=WAIT_MS)
 
 
 def test_a_slow_server_holds_up_neither_the_window_nor_the_other_servers(

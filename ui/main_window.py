@@ -80,7 +80,7 @@ from ui.provenance import ProvenanceDialog
 from ui.safe_browser import ConfirmOpen, OpenUrl, confirm_open_url
 from ui.search_panel import SearchPanel
 from ui.server_dialog import ServerAdded, ServerDialog
-from ui.servers_panel import ModelPicker, ServersDialog
+from ui.servers_panel import ModelPicker, ServersDialog, unavailable_text
 from ui.settings_panel import PresetChoice, SettingsPanel
 from ui.status_line import describe_gpu
 from ui.theme import THEME_CHOICES, Theme, palette, resolve_theme, stylesheet
@@ -1259,7 +1259,8 @@ class MainWindow(QMainWindow):
             picker.addItem(model.name, model.name)
         for listing in self._server_listings:
             if listing.error is not None:
-                picker.addItem(self.tr("{server}: not reachable").format(server=listing.server.name), None)
+                reason = unavailable_text(listing.error_kind)
+                picker.addItem(f"{listing.server.name}: {reason}", None)
                 picker.setItemData(picker.count() - 1, listing.error, Qt.ItemDataRole.ToolTipRole)
                 item = cast(QStandardItemModel, picker.model()).item(picker.count() - 1)
                 item.setEnabled(False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -29,11 +29,25 @@ from app.openai_client import is_loopback
 from app.secrets import SecretResult
 from app.servers import Server, check_key_text
 from app.servers_service import Removal, ServerEntry, ServersService
+from inference.protocol import ErrorKind
 from ui.dialogs import AskOpenPath, ConfirmAction
 from ui.library_widgets import plain_label, push_button
 from ui.server_dialog import CA_FILES
 
 NAME, ADDRESS, STATE, KEY, CA = range(5)
+
+
+def unavailable_text(kind: ErrorKind | None) -> str:
+    """Why a server's models are missing, in a few words (the full reason goes in a tooltip)."""
+    if kind is ErrorKind.SERVER_AUTH:
+        return QCoreApplication.translate("ServersPanel", "API key refused")
+    if kind is ErrorKind.SERVER_CERTIFICATE:
+        return QCoreApplication.translate("ServersPanel", "certificate not trusted")
+    if kind is ErrorKind.SERVER_TIMEOUT:
+        return QCoreApplication.translate("ServersPanel", "not answering")
+    if kind is None or kind is ErrorKind.SERVER_UNREACHABLE:
+        return QCoreApplication.translate("ServersPanel", "not reachable")
+    return QCoreApplication.translate("ServersPanel", "cannot list its models")
 
 
 class ModelPicker(QComboBox):
@@ -224,7 +238,8 @@ class ServersDialog(QDialog):
         if entry.checking:
             return self.tr("Checking…")
         if entry.error is not None:
-            return self.tr("Not available")
+            text = unavailable_text(entry.error_kind)
+            return text[:1].upper() + text[1:]
         if entry.models is None:
             return ""
         return str(len(entry.models))

@@ -882,10 +882,6 @@
         <translation>未自动加载 {model}：它上次崩溃了（{error}）。发送一条消息即可再次尝试。</translation>
     </message>
     <message>
-        <source>{server}: not reachable</source>
-        <translation>{server}：无法连接</translation>
-    </message>
-    <message>
         <source>Add server…</source>
         <translation>添加服务器…</translation>
     </message>
@@ -1162,10 +1158,6 @@
         <translation>正在检查…</translation>
     </message>
     <message>
-        <source>Not available</source>
-        <translation>不可用</translation>
-    </message>
-    <message>
         <source>…</source>
         <translation>…</translation>
     </message>
@@ -1252,6 +1244,29 @@
     <message>
         <source>{server} is checked against the CAs in {path}.</source>
         <translation>{server} 使用 {path} 中的 CA 进行校验。</translation>
+    </message>
+</context>
+<context>
+    <name>ServersPanel</name>
+    <message>
+        <source>API key refused</source>
+        <translation>API 密钥被拒绝</translation>
+    </message>
+    <message>
+        <source>certificate not trusted</source>
+        <translation>证书不受信任</translation>
+    </message>
+    <message>
+        <source>not answering</source>
+        <translation>无响应</translation>
+    </message>
+    <message>
+        <source>not reachable</source>
+        <translation>无法连接</translation>
+    </message>
+    <message>
+        <source>cannot list its models</source>
+        <translation>无法列出其模型</translation>
     </message>
 </context>
 <context>
