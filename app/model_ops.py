@@ -93,7 +93,11 @@ def assess_listing(
     )
     fits = tuple(
         FileFit(
-            model, h, None, estimate_fit(h, hardware, context=context, gpu_offload=gpu_offload), i == chosen
+            model,
+            h,
+            None,
+            estimate_fit(h, hardware, context=context, gpu_offload=gpu_offload).best_placement,
+            i == chosen,
         )
         if isinstance(h, GGUFHeader)
         else FileFit(model, None, str(h), None, False)

@@ -226,7 +226,9 @@ class MemoryBreakdown:
 
 @dataclass(frozen=True)
 class FitEstimate:
-    verdict: str  # "gpu" | "partial" | "cpu" | "too_large"; "experts_cpu" only in `experts_on_cpu`
+    # "gpu" | "partial" | "cpu" | "too_large"; "experts_cpu" for `experts_on_cpu` (and `best_placement` when
+    # that is the one)
+    verdict: str
     n_gpu_layers: int  # layers offloaded (0 for cpu)
     n_layers: int
     context: int  # context the estimate is for
@@ -243,6 +245,16 @@ class FitEstimate:
     # For a mixture-of-experts model that does not fit fully on the GPU: the placement (verdict "experts_cpu")
     # that offloads everything but the routed experts, when that fits.
     experts_on_cpu: FitEstimate | None = None
+
+    @property
+    def best_placement(self) -> FitEstimate:
+        """What a load uses (inference.planner) and the library shows: this placement, or the experts in
+        system memory when that is estimated faster (CPU only counts as slower than any offload)."""
+        alternative = self.experts_on_cpu
+        if alternative is not None and _faster(alternative, self):
+            # With the notes made choosing it: the comparison, a capped context, a quantized KV cache.
+            return replace(alternative, notes=self.notes)
+        return self
 
     @property
     def llama_n_gpu_layers(self) -> int:
@@ -485,25 +497,42 @@ def estimate_fit(
         if fit.fits(full):
             return fit.result("gpu", p.n_layers, ctx, full, 1.0, notes)
         alternative = _experts_on_cpu(fit, ctx)
-        if alternative is not None:
-            speed = alternative.expected_speed_ratio or 0.0
-            notes.append(
-                f"fits on {gpu.name} with the expert tensors in system memory (llama.cpp's --cpu-moe), "
-                f"at about {speed:.0%} of full-offload speed"
-            )
         # More layers on the GPU never need less VRAM, so the largest k that fits is found by bisection.
         k = _largest(0, p.n_layers, lambda layers: fit.gpu_fits(fit.placement(ctx, layers)))
         if k > 0:
             partial = fit.placement(ctx, k)
             if fit.ram_fits(partial):
-                estimate = fit.result("partial", k, ctx, partial, fit.speed_ratio(k), notes)
-                return replace(estimate, experts_on_cpu=alternative)
+                return _offer(fit.result("partial", k, ctx, partial, fit.speed_ratio(k), notes), alternative)
     cpu = fit.placement(ctx, 0)
     if fit.ram_fits(cpu):
         if gpu is None and hardware.gpu_reason and gpu_offload:
             notes.append(f"no GPU: {hardware.gpu_reason}")
-        return replace(fit.result("cpu", 0, ctx, cpu, None, notes), experts_on_cpu=alternative)
-    return replace(fit.result("too_large", 0, ctx, cpu, None, notes), experts_on_cpu=alternative)
+        return _offer(fit.result("cpu", 0, ctx, cpu, None, notes), alternative)
+    return _offer(fit.result("too_large", 0, ctx, cpu, None, notes), alternative)
+
+
+def _faster(a: FitEstimate, b: FitEstimate) -> bool:
+    return (a.expected_speed_ratio or 0.0) > (b.expected_speed_ratio or 0.0)
+
+
+def _offer(estimate: FitEstimate, alternative: FitEstimate | None) -> FitEstimate:
+    """`estimate` with the experts-in-system-memory placement attached, and a note comparing the two."""
+    if alternative is None:
+        return estimate
+    speed = f"about {alternative.expected_speed_ratio or 0.0:.0%} of full-offload speed"
+    experts = "experts in system memory (llama.cpp's --cpu-moe)"
+    if estimate.verdict == "partial":
+        layers = (
+            f"{estimate.expected_speed_ratio or 0.0:.0%} with {estimate.n_gpu_layers}/{estimate.n_layers} "
+            "whole layers on the GPU"
+        )
+        verb = "" if _faster(alternative, estimate) else "would give "
+        note = f"{experts}: {verb}{speed}, against {layers}"
+    elif estimate.verdict == "cpu":
+        note = f"{experts}: {speed}, faster than the CPU alone"
+    else:
+        note = f"{experts}: {speed}, the only placement that fits"
+    return replace(estimate, experts_on_cpu=alternative, notes=(*estimate.notes, note))
 
 
 def _experts_on_cpu(fit: _Fitter, ctx: int) -> FitEstimate | None:
@@ -597,12 +626,14 @@ def recommend(
                 if found is not None:
                     return _recommended(i, found, profiles[i], hardware, context)
     if has_gpu:
-        # Nothing fits fully: the fastest good file wins, since every layer left on the CPU costs speed.
+        # Nothing fits fully: the fastest good file wins, since every layer (or expert) left on the CPU
+        # costs speed.
+        placed = [estimate.best_placement for estimate in first]
         for tier in tiers:
-            partial = [i for i in tier if first[i].verdict == "partial"]
+            partial = [i for i in tier if placed[i].verdict in ("partial", "experts_cpu")]
             if partial:
-                best = max(partial, key=lambda i: (first[i].expected_speed_ratio or 0.0, -tier.index(i)))
-                return _recommended(best, first[best], profiles[best], hardware, context)
+                best = max(partial, key=lambda i: (placed[i].expected_speed_ratio or 0.0, -tier.index(i)))
+                return _recommended(best, placed[best], profiles[best], hardware, context)
         for tier in tiers:
             cpu = [i for i in tier if first[i].verdict == "cpu"]
             if cpu:
@@ -776,15 +807,17 @@ def _recommended(
     where = {
         "gpu": f"fits fully on {estimate.gpu_name}",
         "partial": f"runs with {estimate.n_gpu_layers} of {estimate.n_layers} layers on {estimate.gpu_name}",
+        "experts_cpu": f"runs with every layer on {estimate.gpu_name} and its experts in system memory",
         "cpu": "runs in system memory",
     }[estimate.verdict]
     reason = f"{quant} {where} at {estimate.context} tokens"
     if estimate.kv_type != "f16":
         reason += f" with a {estimate.kv_type} KV cache"
     warnings: list[str] = []
-    if estimate.verdict == "partial" and estimate.expected_speed_ratio is not None:
+    if estimate.verdict in ("partial", "experts_cpu") and estimate.expected_speed_ratio is not None:
         reason += f", at about {estimate.expected_speed_ratio:.0%} of full-offload speed"
-        warnings.append("No file fits fully on the GPU; layers left on the CPU slow generation down.")
+        left = "layers" if estimate.verdict == "partial" else "experts"
+        warnings.append(f"No file fits fully on the GPU; {left} left on the CPU slow generation down.")
     if estimate.verdict == "cpu" and _best_gpu(hardware) is not None:
         warnings.append("No file fits on the GPU even in part; generation runs on the CPU.")
     if estimate.context < min(context, p.n_ctx_train or context):

@@ -66,19 +66,9 @@ def plan_load(
             gpu_offload=use_gpu,
             n_gpu_layers=forced,
         )
-    experts = estimate.experts_on_cpu
-    experts_on_cpu = experts is not None and (experts.expected_speed_ratio or 0.0) > (
-        estimate.expected_speed_ratio or 0.0  # None: CPU only, slower than any offload
-    )
+    estimate = estimate.best_placement
+    experts_on_cpu = estimate.verdict == "experts_cpu"
     notes = list(estimate.notes)
-    if experts is not None and experts_on_cpu:
-        if estimate.verdict == "partial":
-            layers_speed = estimate.expected_speed_ratio or 0.0
-            notes.append(
-                f"faster than {estimate.n_gpu_layers}/{estimate.n_layers} whole layers on the GPU "
-                f"(about {layers_speed:.0%})"
-            )
-        estimate = experts
     n_ctx = estimate.context
     n_gpu_layers = estimate.llama_n_gpu_layers if forced is None else forced
     if estimate.verdict == "too_large":

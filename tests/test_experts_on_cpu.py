@@ -7,17 +7,23 @@ override and llama.cpp reports where each expert tensor went, which is the part 
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
 import pytest
 
+from app.cli import main
 from inference.client import RunnerClient
-from inference.estimator import predict_memory, profile_model
+from inference.estimator import predict_memory, profile_model, recommend
 from inference.gguf import GGUFHeader, read_header
 from inference.planner import plan_load, smaller_plan
 from inference.protocol import ChatMessage, Finished, GenerateRequest, LoadPlan, SamplingParams, TokenDelta
 from inference.tensor_overrides import overridden_tensors
+from tests.hubserver import HubServer, ServedFile
 from tests.model_shapes import deepseek_v2_lite_file, hardware, tiny_moe_file
+
+REPO = "deepseek-ai/DeepSeek-V2-Lite-GGUF"
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +52,10 @@ def test_experts_go_to_system_memory_when_that_beats_offloading_whole_layers(
     # its routed experts (about 17%: a token reads only 6 of the 64 experts from system memory).
     plan = plan_for(lite, 6000)
     assert plan.experts_on_cpu and plan.n_gpu_layers == 28
-    summary, *notes = plan.reason.split("; ")
-    assert summary == "CUDA · 27/27 layers on RTX Test, experts in system memory"
-    assert "faster than 6/27 whole layers on the GPU (about 12%)" in notes
+    assert plan.reason == (
+        "CUDA · 27/27 layers on RTX Test, experts in system memory; experts in system memory (llama.cpp's "
+        "--cpu-moe): about 17% of full-offload speed, against 12% with 6/27 whole layers on the GPU"
+    )
     profile = profile_model(lite[1])
     assert plan.predicted_bytes == (
         predict_memory(
@@ -63,7 +70,7 @@ def test_whole_layers_stay_when_they_are_faster(lite: tuple[Path, GGUFHeader]) -
     plan = plan_for(lite, 12_000)
     assert not plan.experts_on_cpu and plan.n_gpu_layers == 16
     assert plan.reason.startswith("CUDA · 16/27 layers on RTX Test;")
-    assert "--cpu-moe), at about 17% of full-offload speed" in plan.reason
+    assert "--cpu-moe): would give about 17% of full-offload speed, against 20% with 16/27" in plan.reason
 
 
 def test_a_layer_count_from_the_settings_or_enough_vram_never_moves_experts(
@@ -126,3 +133,32 @@ def test_overridden_tensors_are_read_from_llama_cpp_s_log() -> None:
         "blk.1.ffn_gate_exps.weight": "CUDA_Host",
         "blk.1.ffn_down_exps.weight": "CPU",
     }
+
+
+def test_the_recommendation_prefers_the_faster_experts_placement(lite: tuple[Path, GGUFHeader]) -> None:
+    recommendation = recommend([lite[1]], hardware(vram_mib=6000, ram_mib=64_000), context=8192)
+    assert recommendation.index == 0 and recommendation.estimate is not None
+    assert recommendation.estimate.verdict == "experts_cpu"
+    assert recommendation.reason == (
+        "Q8_0 runs with every layer on RTX Test and its experts in system memory at 8192 tokens, "
+        "at about 17% of full-offload speed"
+    )
+    assert "No file fits fully on the GPU; experts left on the CPU slow generation down." in (
+        recommendation.warnings
+    )
+
+
+def test_models_files_shows_the_placement_a_load_would_use(hub: HubServer, tmp_path: Path) -> None:
+    path = deepseek_v2_lite_file(tmp_path)
+    # A header-only file of 16 GB: the Hub's listing carries its hash, which nothing here reads.
+    hub.add_repo(
+        REPO, [ServedFile(f"DeepSeek-V2-Lite-{path.name}", path.stat().st_size, "0" * 64, path=path)]
+    )
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["models", "files", REPO, "--json", "--vram", "6000", "--ram", "64000", "--context", "8192"]
+    assert main([*argv, "--endpoint", hub.url], out=out, err=err) == 0, err.getvalue()
+    [row] = json.loads(out.getvalue())["files"]
+    assert row["verdict"] == "experts_cpu" and row["n_gpu_layers"] == row["n_layers"] == 27
+    assert row["expected_speed_ratio"] == pytest.approx(0.17, abs=0.005) and row["recommended"]
+    assert row["gpu_bytes"] < 6000 * 1024 * 1024 < row["ram_bytes"]
+    assert "against 12% with 6/27 whole layers on the GPU" in row["notes"][-1]

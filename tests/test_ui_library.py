@@ -26,6 +26,7 @@ from app.logging_setup import configure_logging
 from app.paths import HearthPaths
 from app.settings import Settings, load_settings, save_settings
 from tests.hubserver import HubServer, ServedFile, starter_file
+from tests.model_shapes import deepseek_v2_lite_file
 from tests.ui_fixtures import GuiSession, GuiSessions, Ticker, click, click_conversation, seed_conversation
 from ui.library_downloads import DownloadRow
 from ui.library_panel import RECOMMENDED_ROLE, LibraryDialog, LibraryPanel
@@ -230,6 +231,24 @@ def test_a_repo_shows_each_quantization_with_its_fit_and_highlights_the_one_reco
 
 
 # -- downloads ------------------------------------------------------------------------------------
+
+
+def test_a_mixture_of_experts_file_shows_the_faster_placement_with_its_experts_in_ram(
+    qtbot: QtBot, gui: GuiSessions, hub: HubServer, home: HearthPaths, tmp_path: Path
+) -> None:
+    path = deepseek_v2_lite_file(tmp_path)  # header only: 16 GB, sparse
+    hub.add_repo(
+        "deepseek/V2-Lite-GGUF", [ServedFile("V2-Lite-Q8_0.gguf", path.stat().st_size, "0" * 64, path=path)]
+    )
+    session = gui.open(home, preload_model=False)
+    panel = open_library(qtbot, session)
+    plan_for(qtbot, panel, vram=6000, ram=64_000)
+    open_repo(qtbot, panel, "deepseek/V2-Lite-GGUF", rows=1)
+
+    table = panel.quantTable
+    assert column(table, 2) == ["★ Partial: experts in system memory, ~17% speed · recommended"]
+    assert column(table, 4)[0].startswith("GPU ")
+    assert "against 12% with 6/27 whole layers on the GPU" in cell(table, 0, 2).toolTip()
 
 
 def test_a_download_shows_live_progress_then_the_model_is_installed_and_in_the_picker(

@@ -478,7 +478,9 @@ class LibraryPanel(QWidget):
         text = self._verdict(estimate)
         if fit.recommended:
             text = self.tr("★ {verdict} · recommended").format(verdict=text)
-        colour = {"partial": theme.warning, "too_large": theme.error}.get(estimate.verdict)
+        colour = {"partial": theme.warning, "experts_cpu": theme.warning, "too_large": theme.error}.get(
+            estimate.verdict
+        )
         return text, colour
 
     def _verdict(self, estimate: FitEstimate) -> str:
@@ -489,6 +491,9 @@ class LibraryPanel(QWidget):
             return self.tr("Partial: {k}/{n} layers on the GPU, ~{speed} speed").format(
                 k=estimate.n_gpu_layers, n=estimate.n_layers, speed=f"{speed:.0%}"
             )
+        if estimate.verdict == "experts_cpu":
+            speed = estimate.expected_speed_ratio or 0.0
+            return self.tr("Partial: experts in system memory, ~{speed} speed").format(speed=f"{speed:.0%}")
         if estimate.verdict == "cpu":
             return self.tr("CPU only")
         return self.tr("Too large")

@@ -384,6 +384,10 @@
         <translation>部分：{k}/{n} 层在 GPU 上，速度约为 {speed}</translation>
     </message>
     <message>
+        <source>Partial: experts in system memory, ~{speed} speed</source>
+        <translation>部分：专家在系统内存中，速度约为 {speed}</translation>
+    </message>
+    <message>
         <source>CPU only</source>
         <translation>仅 CPU</translation>
     </message>
