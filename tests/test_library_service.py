@@ -149,6 +149,8 @@ def test_a_partial_download_is_found_after_a_restart_and_resumes_where_it_stoppe
     qtbot.waitUntil(lambda: (s := heard.last(key)) is not None and s.state == PAUSED, timeout=WAIT_MS)
     state = heard.last(key)
     assert state is not None and (state.done, state.total) == (kept, starter.size)
+    # The disk figures follow the download states, once the models folder has been measured.
+    qtbot.waitUntil(lambda: bool(heard.disk), timeout=WAIT_MS)
     assert heard.disk[-1].partial_bytes == kept
 
     services.library_service.resume(key)
