@@ -95,7 +95,7 @@ fi
 export QT_QPA_PLATFORM=offscreen
 "$venv/bin/ruff" check .
 "$venv/bin/ruff" format --check .
-"$venv/bin/mypy" app ui inference bench packaging/*.py
+"$venv/bin/mypy" app ui inference bench packaging/*.py tests
 "$venv/bin/lint-imports"
 # A full run (no pytest arguments: what CI runs) also builds the Linux installers and runs the frozen app
 # from the unpacked .deb and tarball (tests/packaging/test_linux_bundle.py, 2-3 minutes); a run that picks

@@ -44,10 +44,10 @@ STARTER_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 class MemoryKeyring(KeyringBackend):
-    priority = 1  # type: ignore[assignment]
+    priority = 1
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.entries: dict[tuple[str, str], str] = {}
 
     def get_password(self, service: str, username: str) -> str | None:

@@ -190,7 +190,7 @@ def test_regenerate_keeps_the_old_reply_and_answers_the_same_prompt(core: Core, 
     assert (shown[1].sibling_index, shown[1].sibling_count) == (2, 2)
     # The same prompt, token for token, so it came straight from the KV cache.
     assert first.stats is not None and second.stats is not None
-    assert second.stats.prompt_tokens == first.stats.prompt_tokens
+    assert second.stats.prompt_tokens is not None and second.stats.prompt_tokens == first.stats.prompt_tokens
     assert second.stats.cached_prompt_tokens == second.stats.prompt_tokens - 1
     assert store.get_message(first.assistant_message_id).content == first.text
     # A prompt can be answered again too (after its reply was deleted, say).

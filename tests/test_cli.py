@@ -129,7 +129,7 @@ def test_doctor_reports_a_missing_keyring_backend() -> None:
     import keyring
     from keyring.backends import fail
 
-    keyring.set_keyring(fail.Keyring())
+    keyring.set_keyring(fail.Keyring())  # type: ignore[no-untyped-call]
     code, out, _ = run("doctor", "--json")
     assert code == 0
     assert json.loads(out)["keyring"]["usable"] is False

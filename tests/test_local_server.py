@@ -517,7 +517,7 @@ def test_api_key_is_made_once_kept_in_the_keyring_and_replaced_on_request() -> N
 
 
 def test_api_key_falls_back_to_this_session_without_a_keyring() -> None:
-    store = SecretStore(backend=FailKeyring())
+    store = SecretStore(backend=FailKeyring())  # type: ignore[no-untyped-call]
     key = get_or_create_api_key(store)
     assert key.value and not key.persisted
     assert get_or_create_api_key(store).value == key.value

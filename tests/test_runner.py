@@ -51,7 +51,7 @@ def test_reply_streams_through_the_runner_and_is_stored(core: Core, engine: Chat
     assert reply.status == "complete"
     assert reply.content == result.text
     assert reply.model_sha256 == core.library.get(starter_name(core)).sha256
-    assert reply.completion_tokens == result.stats.completion_tokens > 0
+    assert result.stats is not None and reply.completion_tokens == result.stats.completion_tokens > 0
     assert reply.ttft_ms is not None and reply.tokens_per_second is not None and reply.tokens_per_second > 0
     assert reply.seed == 7 and reply.sampling is not None and reply.sampling["temperature"] == 0.0
     assert recorder.started_ids == (
@@ -100,7 +100,7 @@ def test_second_turn_reuses_the_kv_prefix(core: Core, engine: ChatEngine) -> Non
     second = engine.run_turn("And fact 4?", name, conversation_id=first.conversation_id, sampling=GREEDY)
 
     assert first.stats is not None and second.stats is not None
-    assert first.stats.prompt_tokens > 800
+    assert first.stats.prompt_tokens is not None and first.stats.prompt_tokens > 800
     assert first.stats.cached_prompt_tokens == 0
     assert second.stats.cached_prompt_tokens >= first.stats.prompt_tokens - 1
     assert second.stats.time_to_first_token_s < first.stats.time_to_first_token_s

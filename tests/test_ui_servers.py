@@ -433,7 +433,12 @@ def test_closing_does_not_wait_for_a_server_that_never_answers_the_model_list(
         qtbot.waitUntil(lambda: len(silent.requests) == 1, timeout=WAIT_MS)
         closed = threading.Event()
         service = session.services.servers_service
-        closer = threading.Thread(target=lambda: (service.shutdown(), closed.set()))
+
+        def close() -> None:
+            service.shutdown()
+            closed.set()
+
+        closer = threading.Thread(target=close)
         closer.start()
         try:
             assert closed.wait(WAIT_MS / 1000), "closing waited for the server to answer"

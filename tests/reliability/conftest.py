@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
+from pluggy import Result
 
 REPORT_ENV = "HEARTH_RELIABILITY_RECORD"
 
@@ -53,9 +54,11 @@ def fault(request: pytest.FixtureRequest) -> Iterator[RecordFault]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Result[pytest.TestReport], None]:
     outcome = yield
-    report: pytest.TestReport = outcome.get_result()
+    report = outcome.get_result()
     if report.when == "call" or (report.when == "setup" and report.failed):
         recorded = _pending.pop(item.nodeid, [])
         for record in recorded:

@@ -141,7 +141,8 @@ def listener() -> Iterator[Listener]:
 def url_handler() -> Iterator[UrlHandler]:
     handler = UrlHandler()
     for scheme in SCHEMES:
-        QDesktopServices.setUrlHandler(scheme, handler, "open")
+        # PySide6 wants the slot's name as str at run time; its type stub says bytes.
+        QDesktopServices.setUrlHandler(scheme, handler, "open")  # type: ignore[arg-type]
     yield handler
     for scheme in SCHEMES:
         QDesktopServices.unsetUrlHandler(scheme)

@@ -208,7 +208,7 @@ def test_drop_oldest_says_what_it_left_out_and_where_the_reply_was_cut(
 
     assert result.status == "complete", result.error
     assert engine.loaded is not None and engine.loaded.n_ctx == SMALL_CONTEXT
-    assert result.stats is not None
+    assert result.stats is not None and result.stats.prompt_tokens is not None
     assert result.stats.prompt_tokens + result.stats.completion_tokens == SMALL_CONTEXT
     note = result.context_note or ""
     assert re.fullmatch(

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import keyring
@@ -42,7 +42,7 @@ MAX_EVENT_LOOP_GAP_S = 0.5
 class LockedKeyring(KeyringBackend):
     """A keyring whose collection stays locked (the user dismissed the unlock prompt)."""
 
-    priority = 1  # type: ignore[assignment]
+    priority = 1
 
     def get_password(self, service: str, username: str) -> str | None:
         raise KeyringLocked("the collection is locked")
@@ -54,7 +54,7 @@ class LockedKeyring(KeyringBackend):
         raise KeyringLocked("the collection is locked")
 
 
-KEYRINGS = {
+KEYRINGS: dict[str, tuple[str, Callable[[], KeyringBackend]]] = {
     "no keyring backend": ("No system keyring", fail.Keyring),
     "locked keyring": ("locked", LockedKeyring),
     "keyring that hangs": ("did not answer", HangingKeyring),

@@ -9,6 +9,7 @@ fetched from the server. Memory is tracemalloc's peak while the header is checke
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import re
 import struct
@@ -203,7 +204,7 @@ def test_crafted_headers_are_refused_on_import_reading_and_keeping_little(
         message = str(refused.value)
         assert message.startswith(f"{path.name} is not a usable GGUF model: ") and "\n" not in message
         assert crafted.refusal in message
-        assert peak_while(lambda p=path: library.import_file(p)) <= MAX_PEAK_BYTES, crafted.what
+        assert peak_while(functools.partial(library.import_file, path)) <= MAX_PEAK_BYTES, crafted.what
         assert library.list_models() == []
         assert not library.models_dir.exists() or list(library.models_dir.iterdir()) == []
         path.unlink()
@@ -257,7 +258,9 @@ def test_crafted_remote_headers_are_refused_fetching_and_keeping_little(
         with pytest.raises(InvalidModelFile, match=re.escape(refusal)) as refused:
             client.read_header(listing, model)
         assert str(refused.value).startswith(f"{REMOTE_REPO}/crafted/{path.name} is not a usable GGUF model")
-        assert peak_while(lambda m=model: client.read_header(listing, m)) <= MAX_PEAK_BYTES, crafted.what
+        assert peak_while(functools.partial(client.read_header, listing, model)) <= MAX_PEAK_BYTES, (
+            crafted.what
+        )
     served = _served_bytes(hub)
     for crafted, path in zip(CRAFTED, files, strict=True):
         # Each header was read twice above (once for the message, once for the memory peak).
