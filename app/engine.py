@@ -302,6 +302,9 @@ class ChatEngine:
         self.library.clear_load_error(model.name)
         notify(self.status())
         log.info("loaded %s: %s (%.2f s)", model.name, used.reason, loaded.load_seconds)
+        if used.experts_on_cpu:
+            # What llama.cpp did with the override, for a report about a slow or failed MoE load.
+            log.info("%s: %d expert tensors in system memory", model.name, loaded.host_expert_tensors)
         return loaded
 
     def _load(
