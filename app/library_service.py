@@ -113,7 +113,7 @@ class LibraryService(QObject):
     verified = Signal(str, bool)
     # (model name, bytes freed: 0 when its file was outside the models folder)
     removed = Signal(str, int)
-    # An app.token.TokenStatus; never the token itself.
+    # An app.secrets.SecretStatus; never the token itself.
     tokenChanged = Signal(object)
     # (model name)
     switchStarted = Signal(str)

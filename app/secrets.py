@@ -38,6 +38,16 @@ class KeyringStatus:
     reason: str
 
 
+@dataclass(frozen=True)
+class SecretStatus:
+    """What a settings page says about one stored secret (never the secret itself)."""
+
+    present: bool
+    persisted: bool  # False: kept for this session only, or the keyring could not be asked
+    backend: str
+    reason: str
+
+
 @dataclass(frozen=True, repr=False)
 class SecretResult:
     """`persisted` is True when the keyring holds this entry's current state (stored, absent or deleted);
@@ -213,6 +223,13 @@ class SecretStore:
     def status(self) -> KeyringStatus:
         outcome = self._caller.call(lambda backend: backend.get_password(self._service, _PROBE_NAME))
         return KeyringStatus(self._caller.backend_name, outcome.ok, outcome.reason)
+
+    def status_of(self, name: str, *, noun: str = "token") -> SecretStatus:
+        """Blocking (the keyring, up to its timeout, twice): whether `name` is set and where it is kept."""
+        result = self.get(name, noun=noun)
+        keyring = self.status()
+        reason = result.reason or keyring.reason
+        return SecretStatus(result.value is not None, result.persisted, keyring.backend_name, reason)
 
 
 def _delete_if_present(backend: KeyringBackend, service: str, name: str) -> None:

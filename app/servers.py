@@ -18,7 +18,7 @@ from typing import Final
 
 from app.errors import HearthError
 from app.openai_client import OpenAIClient, RemoteError, ServerModel, StreamCancel, normalize_base_url
-from app.secrets import SecretResult, SecretStore
+from app.secrets import SecretResult, SecretStatus, SecretStore
 from app.settings import set_aside, write_text_atomically
 from inference.protocol import ErrorKind
 
@@ -38,14 +38,6 @@ class Server:
     name: str
     url: str  # normalized: the API root, ending in /v1 (or another version)
     ca_bundle: str | None = None  # a PEM file of CAs to trust instead of the system's
-
-
-@dataclass(frozen=True)
-class KeyStatus:
-    present: bool
-    persisted: bool  # False: kept for this session only, or the keyring could not be asked
-    backend: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -192,10 +184,8 @@ class ServerRegistry:
         """Blocking (the keyring, up to its timeout)."""
         return self._secrets.get(_KEY_PREFIX + check_name(name), noun=API_KEY_NOUN).value or None
 
-    def key_status(self, name: str) -> KeyStatus:
-        result = self._secrets.get(_KEY_PREFIX + check_name(name), noun=API_KEY_NOUN)
-        keyring = self._secrets.status()
-        return KeyStatus(result.value is not None, result.persisted, keyring.backend_name, result.reason)
+    def key_status(self, name: str) -> SecretStatus:
+        return self._secrets.status_of(_KEY_PREFIX + check_name(name), noun=API_KEY_NOUN)
 
     def client(self, server: Server, **timeouts: float) -> OpenAIClient:
         """Blocking (reads the key from the keyring)."""

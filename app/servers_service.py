@@ -18,8 +18,8 @@ from PySide6.QtCore import QObject, Signal
 
 from app.background import Background
 from app.openai_client import ServerModel, StreamCancel
-from app.secrets import SecretResult
-from app.servers import KeyStatus, Server, ServerListing, ServerRegistry
+from app.secrets import SecretResult, SecretStatus
+from app.servers import Server, ServerListing, ServerRegistry
 from inference.protocol import ErrorKind
 
 LISTING_WORKERS: Final = 4
@@ -32,7 +32,7 @@ class ServerEntry:
     error: str | None = None  # why the last listing failed
     error_kind: ErrorKind | None = None
     checking: bool = False  # a listing is on its way
-    key: KeyStatus | None = None  # None: not read from the keyring yet
+    key: SecretStatus | None = None  # None: not read from the keyring yet
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class ServersService(QObject):
         self._loading = True
         registry = self._registry
 
-        def read() -> list[tuple[Server, KeyStatus]]:
+        def read() -> list[tuple[Server, SecretStatus]]:
             return [(server, registry.key_status(server.name)) for server in registry.servers()]
 
         self._control.call(read, self._read, self._read_failed)
@@ -118,7 +118,7 @@ class ServersService(QObject):
             if state.entry.error is not None:
                 self._list(name)
 
-    def _read(self, servers: list[tuple[Server, KeyStatus]]) -> None:
+    def _read(self, servers: list[tuple[Server, SecretStatus]]) -> None:
         self._loading = False
         self._loaded = True
         states: dict[str, _State] = {}
@@ -191,7 +191,7 @@ class ServersService(QObject):
         )
         self.changed.emit()
 
-    def _key_read(self, name: str, key: KeyStatus) -> None:
+    def _key_read(self, name: str, key: SecretStatus) -> None:
         state = self._states.get(name)
         if state is not None:
             state.entry = replace(state.entry, key=key)
@@ -211,12 +211,12 @@ class ServersService(QObject):
         """Non-blocking: replace the server's key (None: remove it), then list its models with it."""
         registry = self._registry
 
-        def work() -> tuple[SecretResult, KeyStatus]:
+        def work() -> tuple[SecretResult, SecretStatus]:
             return registry.set_api_key(name, api_key), registry.key_status(name)
 
         self._control.call(work, lambda result: self._key_set(name, *result), self._change_failed)
 
-    def _key_set(self, name: str, result: SecretResult, key: KeyStatus) -> None:
+    def _key_set(self, name: str, result: SecretResult, key: SecretStatus) -> None:
         state = self._states.get(name)
         if state is not None:
             state.entry = replace(state.entry, key=key)

@@ -6,22 +6,13 @@ token passed explicitly, and without one it sends none.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from app.errors import HearthError
-from app.secrets import SecretResult, SecretStore
+from app.secrets import SecretResult, SecretStatus, SecretStore
 
 TOKEN_NAME: Final = "huggingface-token"
 MAX_TOKEN_CHARS: Final = 1024
-
-
-@dataclass(frozen=True)
-class TokenStatus:
-    present: bool
-    persisted: bool  # False: kept for this session only, or the keyring could not be asked
-    backend: str
-    reason: str
 
 
 def check_token_text(value: str) -> str:
@@ -48,8 +39,5 @@ class HubToken:
     def clear(self) -> SecretResult:
         return self._secrets.delete(TOKEN_NAME)
 
-    def status(self) -> TokenStatus:
-        result = self._secrets.get(TOKEN_NAME)
-        keyring = self._secrets.status()
-        reason = result.reason or keyring.reason
-        return TokenStatus(result.value is not None, result.persisted, keyring.backend_name, reason)
+    def status(self) -> SecretStatus:
+        return self._secrets.status_of(TOKEN_NAME)

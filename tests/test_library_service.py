@@ -21,9 +21,9 @@ from app.library import InstalledModel
 from app.library_service import CANCELLED, INSTALLED, PAUSED, DownloadState
 from app.model_ops import DiskUsage, RepoAssessment
 from app.paths import HearthPaths
+from app.secrets import SecretStatus
 from app.services import AppServices
 from app.settings import Settings, save_settings
-from app.token import TokenStatus
 from tests.gguf_factory import TensorSpec, gguf_bytes
 from tests.hubserver import HubServer, ServedFile, starter_file
 from tests.model_files import with_chat_template
@@ -43,7 +43,7 @@ class Heard:
     assessments: list[RepoAssessment] = field(default_factory=list)
     searches: list[tuple[str, list[RepoSummary]]] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
-    tokens: list[TokenStatus] = field(default_factory=list)
+    tokens: list[SecretStatus] = field(default_factory=list)
     disk: list[DiskUsage] = field(default_factory=list)
 
     def last(self, key: str) -> DownloadState | None:

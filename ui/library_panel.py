@@ -35,8 +35,8 @@ from app.hub import RepoSummary, check_repo_id
 from app.library import STARTER_SOURCE, InstalledModel
 from app.library_service import DownloadState
 from app.model_ops import DiskUsage, FileFit, RepoAssessment
+from app.secrets import SecretStatus
 from app.services import AppServices
-from app.token import TokenStatus
 from inference.estimator import FitEstimate
 from inference.hardware import HardwareReport
 from ui.dialogs import ConfirmAction, confirm_action
@@ -645,7 +645,7 @@ class LibraryPanel(QWidget):
         elif operation != "token":
             self.statusLabel.setText(message)
 
-    def _on_token(self, _status: TokenStatus) -> None:
+    def _on_token(self, _status: SecretStatus) -> None:
         # A new token may open what the old one could not (a gated or private repo).
         if self._opened_repo is not None and self._assessment is not None and self._assessment.access_error:
             self._open_repo()

@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
 
 from app.errors import HearthError
 from app.hub import resolve_endpoint
+from app.secrets import SecretStatus
 from app.services import AppServices
-from app.token import TokenStatus
 from ui.library_widgets import plain_label, push_button
 
 
@@ -32,7 +32,7 @@ class HubSettingsPage(QWidget):
         self.setObjectName("hubSettingsPage")
         self._services = services
         self._library = services.library_service
-        self._token_status: TokenStatus | None = None
+        self._token_status: SecretStatus | None = None
         # Keyring requests sent and not answered yet; what the keyring said shows once none is left.
         self._pending = 0
 
@@ -133,7 +133,7 @@ class HubSettingsPage(QWidget):
         self._pending += 1
         self._show_token()
 
-    def _on_token(self, status: TokenStatus) -> None:
+    def _on_token(self, status: SecretStatus) -> None:
         self._pending = max(0, self._pending - 1)
         self._token_status = status
         self._show_token()
