@@ -26,6 +26,7 @@ from app.library import ModelLibrary
 from app.paths import resolve_home
 
 if TYPE_CHECKING:
+    from PySide6.QtCore import QUrl
     from pytestqt.qtbot import QtBot
 
     from tests.hubserver import HubServer
@@ -242,3 +243,20 @@ def hearth_logger() -> Iterator[logging.Logger]:
             logger.removeHandler(handler)
             handler.close()
     logger.setLevel(level)
+
+
+@pytest.fixture
+def refusals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every resource Qt asked the safe documents for, as seen by the refusing hook (so a test cannot pass
+    because nothing was asked)."""
+    import ui.safe_browser as safe_browser
+
+    asked: list[str] = []
+    real = safe_browser.refuse_resource
+
+    def spy(resource_type: int, url: QUrl) -> object:
+        asked.append(url.toString())
+        return real(resource_type, url)
+
+    monkeypatch.setattr(safe_browser, "refuse_resource", spy)
+    return asked

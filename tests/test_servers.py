@@ -9,7 +9,6 @@ from pathlib import Path
 
 import keyring
 import pytest
-from keyring.backend import KeyringBackend
 from keyring.backends.fail import Keyring as FailKeyring
 from keyring.errors import KeyringLocked
 
@@ -20,6 +19,7 @@ from app.openai_client import RemoteError
 from app.secrets import SecretStore
 from app.servers import SERVERS_FILE, ServerRegistry, split_model_name
 from inference.protocol import ErrorKind, SamplingParams
+from tests.conftest import MemoryKeyring
 from tests.openai_peer import (
     FAULT_MODELS,
     FaultServer,
@@ -126,20 +126,8 @@ def test_a_servers_key_and_ca_bundle_can_be_changed_and_removed(hermetic_home: P
             change()
 
 
-class StickyKeyring(KeyringBackend):
+class StickyKeyring(MemoryKeyring):
     """Stores and reads, but refuses to delete: a locked collection, say."""
-
-    priority = 1
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.entries: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.entries.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.entries[(service, username)] = password
 
     def delete_password(self, service: str, username: str) -> None:
         raise KeyringLocked("the collection is locked")

@@ -141,6 +141,15 @@ def open_settings(qtbot: QtBot, panel: LibraryPanel) -> HubSettingsPage:
     return dialog.hubPage
 
 
+def save_token(qtbot: QtBot, panel: LibraryPanel, token: str) -> None:
+    """Save `token` from the library's settings page into the keyring, and close the page."""
+    page = open_settings(qtbot, panel)
+    type_into(page.tokenEdit, token)
+    click(page.saveTokenButton)
+    qtbot.waitUntil(lambda: "saved in the system keyring" in page.tokenStatus.text(), timeout=WAIT_MS)
+    page.window().close()
+
+
 def files_holding(root: Path, secret: str) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
@@ -557,11 +566,7 @@ def test_the_token_never_reaches_a_file_or_a_log(
     caplog.set_level(logging.DEBUG)
     session = gui.open(home, preload_model=False)
     panel = open_library(qtbot, session)
-    page = open_settings(qtbot, panel)
-    type_into(page.tokenEdit, TOKEN)
-    click(page.saveTokenButton)
-    qtbot.waitUntil(lambda: "saved in the system keyring" in page.tokenStatus.text(), timeout=WAIT_MS)
-    page.window().close()
+    save_token(qtbot, panel, TOKEN)
 
     type_into(panel.searchBox, REPO)
     QTest.keyClick(panel.searchBox, Qt.Key.Key_Return)

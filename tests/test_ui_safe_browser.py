@@ -18,7 +18,6 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 from pytestqt.qtbot import QtBot
 
-import ui.safe_browser as safe_browser
 from ui.safe_browser import SafeTextBrowser, blocked_image, confirm_open_url, render_markdown_to_document
 
 pytestmark = pytest.mark.gui
@@ -46,20 +45,6 @@ def _browser(qtbot: QtBot, markdown: str, **seams: object) -> SafeTextBrowser:
     browser.set_markdown(markdown)
     _force_layout_and_paint(qtbot, browser)
     return browser
-
-
-@pytest.fixture
-def refusals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every resource Qt asked the safe document for, as seen by the refusing hook."""
-    asked: list[str] = []
-    real = safe_browser.refuse_resource
-
-    def spy(resource_type: int, url: QUrl) -> object:
-        asked.append(url.toString())
-        return real(resource_type, url)
-
-    monkeypatch.setattr(safe_browser, "refuse_resource", spy)
-    return asked
 
 
 class _FileOpenWatch:

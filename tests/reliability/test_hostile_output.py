@@ -23,7 +23,6 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMessageBox
 from pytestqt.qtbot import QtBot
 
-import ui.safe_browser as safe_browser
 from app.paths import HearthPaths
 from app.services import AppServices
 from tests.reliability.conftest import RecordFault
@@ -146,20 +145,6 @@ def url_handler() -> Iterator[UrlHandler]:
     yield handler
     for scheme in SCHEMES:
         QDesktopServices.unsetUrlHandler(scheme)
-
-
-@pytest.fixture
-def refusals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every resource Qt asked the safe documents for (so a test cannot pass because nothing was asked)."""
-    asked: list[str] = []
-    real = safe_browser.refuse_resource
-
-    def spy(resource_type: int, url: QUrl) -> object:
-        asked.append(url.toString())
-        return real(resource_type, url)
-
-    monkeypatch.setattr(safe_browser, "refuse_resource", spy)
-    return asked
 
 
 @pytest.fixture

@@ -27,7 +27,14 @@ from app.paths import HearthPaths
 from app.settings import Settings, save_settings
 from tests.hubserver import HubServer, starter_file
 from tests.reliability.conftest import RecordFault
-from tests.test_ui_library import HangingKeyring, files_holding, open_library, open_settings, type_into
+from tests.test_ui_library import (
+    HangingKeyring,
+    files_holding,
+    open_library,
+    open_settings,
+    save_token,
+    type_into,
+)
 from tests.ui_fixtures import GuiSessions, Ticker, click
 
 pytestmark = pytest.mark.gui
@@ -153,11 +160,7 @@ def test_the_token_appears_in_no_file_log_crash_report_or_error(
     # The window stores the token (in the in-memory test keyring) and uses it; the Hub refuses it (401).
     session = gui.open(home, preload_model=False)
     panel = open_library(qtbot, session)
-    page = open_settings(qtbot, panel)
-    type_into(page.tokenEdit, TOKEN)
-    click(page.saveTokenButton)
-    qtbot.waitUntil(lambda: "saved in the system keyring" in page.tokenStatus.text(), timeout=WAIT_MS)
-    page.window().close()
+    save_token(qtbot, panel, TOKEN)
     type_into(panel.searchBox, REPO)
     QTest.keyClick(panel.searchBox, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: bool(hub.requests_to("/api/models/")), timeout=WAIT_MS)
