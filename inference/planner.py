@@ -147,6 +147,7 @@ def smaller_plan(plan: LoadPlan, header: GGUFHeader) -> LoadPlan | None:
         summary = plan.reason.split(";")[0]
     else:
         return None
+    experts_on_cpu = plan.experts_on_cpu and layers > 0
     predicted = predict_memory(
         header,
         context=n_ctx,
@@ -155,13 +156,13 @@ def smaller_plan(plan: LoadPlan, header: GGUFHeader) -> LoadPlan | None:
         flash_attn=plan.flash_attn,
         n_ubatch=plan.n_batch,
         swa_full=plan.swa_full,
-        experts_on_cpu=plan.experts_on_cpu and layers > 0,
+        experts_on_cpu=experts_on_cpu,
     )
     return replace(
         plan,
         n_ctx=n_ctx,
         n_gpu_layers=layers,
-        experts_on_cpu=plan.experts_on_cpu and layers > 0,
+        experts_on_cpu=experts_on_cpu,
         reason=f"{summary}; {n_ctx:,}-token context after running out of memory",
         predicted_bytes=predicted.as_dict(),
     )
