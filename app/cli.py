@@ -298,7 +298,15 @@ def _model_json(model: Any) -> dict[str, Any]:
 
 def cmd_models(core: Core, args: argparse.Namespace, out: TextIO) -> int:
     if args.models_command == "import":
+        installed_before = {m.name for m in core.library.list_models()}
         model = core.library.import_file(Path(args.path), name=args.name)
+        if model.name in installed_before:
+            # The library keeps one entry per file: importing it again copies nothing and renames nothing.
+            ignored = (
+                f"; --name {args.name!r} was not applied" if args.name and args.name != model.name else ""
+            )
+            out.write(f"{args.path} is already installed as {model.name} (sha256 {model.sha256}){ignored}\n")
+            return EXIT_OK
         out.write(f"Imported {model.name} ({model.quantization or '?'}, sha256 {model.sha256})\n")
         return EXIT_OK
     models = core.library.list_models()
@@ -925,6 +933,7 @@ def cmd_chat(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> 
         core.library,
         core.settings,
         runner_log=core.paths.runner_log_file,
+        cpu_kernels_file=core.paths.cpu_kernels_file,
         servers=ServerRegistry(core.paths.home),
     )
     # The options given win over the conversation's settings, which win over the model's and the global ones.
@@ -982,7 +991,13 @@ def cmd_serve(core: Core, args: argparse.Namespace, err: TextIO) -> NoReturn:
     from app.local_server import LocalServer, get_or_create_api_key
     from app.secrets import SecretStore
 
-    engine = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
+    engine = ChatEngine(
+        core.store,
+        core.library,
+        core.settings,
+        runner_log=core.paths.runner_log_file,
+        cpu_kernels_file=core.paths.cpu_kernels_file,
+    )
     try:
         name = args.model
         if name is None:

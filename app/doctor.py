@@ -10,6 +10,7 @@ from typing import Any
 
 from app.paths import HearthPaths
 from app.secrets import keyring_report
+from inference.ggml_backends import CpuKernelMemory, kernels_for_this_machine, ranked_variants
 from inference.hardware import llama_backend, probe_hardware
 
 
@@ -38,12 +39,23 @@ def collect_report(paths: HearthPaths) -> dict[str, Any]:
     hardware = probe_hardware()
     backend, backend_detail = llama_backend()
     keyring = keyring_report()
+    kernels = (
+        kernels_for_this_machine(CpuKernelMemory(paths.cpu_kernels_file))
+        if backend != "unavailable"
+        else None
+    )
     return {
         "version": _version("hearth"),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "llama_cpp_python": _version("llama-cpp-python"),
         "backend": {"name": backend, "detail": backend_detail},
+        # The ggml CPU variant a runner starts on, why, and every variant this CPU can run, best first.
+        "cpu_kernels": {
+            "variant": kernels.variant if kernels else None,
+            "reason": kernels.reason if kernels else backend_detail,
+            "available": [v.name for v in ranked_variants()] if kernels else [],
+        },
         "gpus": [
             {
                 "index": g.index,
@@ -70,6 +82,9 @@ def format_report(report: dict[str, Any]) -> str:
         f" · llama-cpp-python {report['llama_cpp_python']}",
         f"Backend:   {report['backend']['name']} ({report['backend']['detail']})",
     ]
+    kernels = report["cpu_kernels"]
+    if kernels["variant"]:
+        lines.append(f"CPU:       {kernels['variant']} kernels ({kernels['reason']})")
     if report["gpus"]:
         for g in report["gpus"]:
             lines.append(

@@ -27,6 +27,7 @@ from app.runner_queue import Job, RunnerQueue
 from app.servers import Server, ServerRegistry
 from app.settings import Settings
 from inference.client import RunnerClient, RunnerError
+from inference.ggml_backends import CpuKernelMemory
 from inference.gguf import GGUFError, GGUFHeader, read_header
 from inference.hardware import HardwareReport, llama_backend, probe_hardware
 from inference.planner import plan_load, smaller_plan
@@ -65,6 +66,8 @@ class ModelStatus:
     backend: str
     summary: str
     detail: str = ""
+    # Which CPU kernels llama.cpp runs on and why, for the status bar's tooltip ("" before a model loads).
+    kernels: str = ""
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,7 @@ class ChatEngine:
         settings: Settings,
         *,
         runner_log: Path | None = None,
+        cpu_kernels_file: Path | None = None,
         hardware: HardwareReport | None = None,
         servers: ServerRegistry | None = None,
     ) -> None:
@@ -188,7 +192,7 @@ class ChatEngine:
         self.hardware = hardware or probe_hardware()
         # Models named SERVER/MODEL are answered by that OpenAI-compatible server, not the runner.
         self.servers = servers
-        self._client = RunnerClient(runner_log)
+        self._client = RunnerClient(runner_log, kernel_memory=CpuKernelMemory(cpu_kernels_file))
         self._model: InstalledModel | None = None
         self._context_length: int | None = None  # what the loaded model was asked for (the plan may cap it)
         self._memory_note = ""  # what the load gave up because memory ran out, said to the user
@@ -248,12 +252,14 @@ class ChatEngine:
             backend, why = llama_backend()
             return ModelStatus(None, "unloaded", backend, f"{backend} · no model loaded", why)
         plan = self._client.plan
+        notes = (self._memory_note, loaded.template_note, self._client.kernel_note)
         return ModelStatus(
             model.name,
             "ready",
             loaded.backend,
             plan.reason.split(";")[0] if plan else loaded.backend,
-            " ".join(note for note in (self._memory_note, loaded.template_note) if note),
+            " ".join(note for note in notes if note),
+            f"CPU kernels: {loaded.cpu_kernels} ({loaded.cpu_kernels_reason})" if loaded.cpu_kernels else "",
         )
 
     def ensure_loaded(
@@ -561,8 +567,13 @@ class ChatEngine:
         request = GenerateRequest(uuid.uuid4().hex, fitted.messages, sampling)
         markers = self._reasoning_markers
         reply = ReplyText(markers or DEFAULT_MARKERS, lone_close=markers is not None)
+        kernels = self._client.kernels
         events = self._generate(request)
-        return self._stream(conversation_id, user_id, assistant.id, events, reply, callbacks, note=note)
+        result = self._stream(conversation_id, user_id, assistant.id, events, reply, callbacks, note=note)
+        if self._client.kernels != kernels:
+            # The runner crashed on this CPU's kernels and answered on safer ones: say so once.
+            callbacks.model_status(self.status())
+        return result
 
     def _store_prompt(
         self,

@@ -36,6 +36,11 @@ class HearthPaths:
         return self.logs_dir / "runner.log"
 
     @property
+    def cpu_kernels_file(self) -> Path:
+        """Safer CPU kernels chosen after a crash here (inference.ggml_backends.CpuKernelMemory)."""
+        return self.home / "cpu-kernels.json"
+
+    @property
     def settings_path(self) -> Path:
         return self.home / "settings.json"
 

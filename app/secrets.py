@@ -66,6 +66,8 @@ class SecretResult:
 class _Outcome(Generic[T]):
     value: T | None
     reason: str
+    # No keyring backend exists at all: nothing can have been saved, so failing to read or delete is no news.
+    no_backend: bool = False
 
     @property
     def ok(self) -> bool:
@@ -131,7 +133,8 @@ class _KeyringCaller:
                     self._stalled = True
                     return _Outcome(None, self._timeout_reason())
         if call.error is not None:
-            return _Outcome(None, self._clean(_describe(call.error), secret))
+            no_backend = isinstance(call.error, NoKeyringError)
+            return _Outcome(None, self._clean(_describe(call.error), secret), no_backend)
         return _Outcome(call.value, "")
 
     def _work(self, op: Callable[[KeyringBackend], T], call: _Call[T]) -> None:
@@ -187,7 +190,13 @@ class SecretStore:
         outcome = self._caller.call(lambda backend: backend.get_password(self._service, name))
         if not outcome.ok:
             reason = f"{outcome.reason}; a saved {noun} cannot be read."
-            log.warning("Could not read secret %r: %s", name, reason)
+            # Said where it matters: when the user saves a secret, and by `hearth doctor`.
+            log.log(
+                logging.DEBUG if outcome.no_backend else logging.WARNING,
+                "Could not read secret %r: %s",
+                name,
+                reason,
+            )
             return SecretResult(None, persisted=False, reason=reason)
         if outcome.value is not None:
             register_secret(outcome.value)
@@ -216,7 +225,8 @@ class SecretStore:
         outcome = self._caller.call(lambda backend: _delete_if_present(backend, self._service, name))
         if not outcome.ok:
             reason = f"{outcome.reason}; a saved {noun} could not be removed."
-            log.warning("Could not delete secret %r: %s", name, reason)
+            level = logging.DEBUG if outcome.no_backend else logging.WARNING
+            log.log(level, "Could not delete secret %r: %s", name, reason)
             return SecretResult(None, persisted=False, reason=reason)
         return SecretResult(None, persisted=True)
 

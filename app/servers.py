@@ -110,11 +110,14 @@ class ServerRegistry:
         server = self.check(name, url, ca_bundle)
         key = check_key_text(api_key) if api_key is not None else ""
         with self._lock:
-            others = [s for s in self._read() if s.name.casefold() != server.name.casefold()]
+            existing = self._read()
+            others = [s for s in existing if s.name.casefold() != server.name.casefold()]
             self._write([*others, server])
         if key:
             return server, self._secrets.set(_KEY_PREFIX + server.name, key, noun=API_KEY_NOUN)
-        self._secrets.delete(_KEY_PREFIX + server.name, noun=API_KEY_NOUN)
+        if len(others) < len(existing):
+            # Replaced without a key: the old server's key must not outlive it. A new server has none.
+            self._secrets.delete(_KEY_PREFIX + server.name, noun=API_KEY_NOUN)
         return server, None
 
     @staticmethod

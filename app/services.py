@@ -56,6 +56,7 @@ class AppServices:
             core.library,
             core.settings,
             runner_log=paths.runner_log_file,
+            cpu_kernels_file=paths.cpu_kernels_file,
             hardware=hardware,
             servers=servers,
         )

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inference.estimator import KV_CACHE_TYPES, MIB, predict_memory, within_bar
+from inference.ggml_backends import load_backends
 from inference.gguf import read_header
 from inference.llama_memory import LlamaLog, gpu_used_bytes
 
@@ -52,6 +53,7 @@ def starter_model() -> Path:
 def derive(starter: Path, directory: Path) -> dict[str, Path]:
     import llama_cpp
 
+    load_backends()
     models = {"SmolLM2 Q4_1": starter}
     for name, ftype in DERIVED.items():
         params = llama_cpp.llama_model_quantize_default_params()
@@ -78,6 +80,7 @@ def gpu_layers() -> int:
     """llama.cpp's n_gpu_layers for full offload on a CUDA build with a GPU, else 0."""
     import llama_cpp
 
+    load_backends()
     return 10_000 if llama_cpp.llama_supports_gpu_offload() and gpu_used_bytes() is not None else 0
 
 
@@ -85,6 +88,7 @@ def measure(load: Load, n_gpu_layers: int, results: multiprocessing.Queue[dict[s
     """In a fresh process, so NVML's delta includes the CUDA context as the app's runner pays it."""
     import llama_cpp
 
+    load_backends()
     kv = KV_CACHE_TYPES["f16"].ggml_type
     before = gpu_used_bytes() if n_gpu_layers else None
     with LlamaLog(echo=False) as log:

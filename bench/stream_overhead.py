@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from inference.ggml_backends import load_backends
 from inference.protocol import SamplingParams
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper and the sea."
@@ -87,6 +88,7 @@ def bare_loop(
 
     from inference.runner import _sampler_chain
 
+    load_backends()
     llm = llama_cpp.Llama(
         model_path=str(model), n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
         n_threads_batch=threads, n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, verbose=False,

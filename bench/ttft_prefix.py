@@ -34,6 +34,7 @@ from app.paths import HearthPaths
 from app.settings import Settings
 from inference.chat_template import render_chat
 from inference.estimator import KV_CACHE_TYPES
+from inference.ggml_backends import load_backends
 from inference.gguf import read_header
 from inference.protocol import ChatMessage, GenerationStats, LoadPlan, SamplingParams
 
@@ -124,6 +125,7 @@ class BareLoop:
     def __init__(self, model: Path, plan: LoadPlan) -> None:
         import llama_cpp
 
+        load_backends()
         self._plan = plan
         self._header = read_header(model)
         kv_type = KV_CACHE_TYPES[plan.kv_type].ggml_type

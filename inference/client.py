@@ -8,11 +8,20 @@ import multiprocessing
 import signal
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+from inference.ggml_backends import (
+    BEST_REASON,
+    BUILT_IN,
+    CpuKernelMemory,
+    CpuKernels,
+    kernels_for_this_machine,
+    safer_than,
+)
 from inference.protocol import (
     ChatMessage,
     CountTokensRequest,
@@ -37,6 +46,11 @@ LOAD_TIMEOUT_S = 600.0
 # Rendering runs template code from the model file. The sandbox bounds it, but a C-level operation inside
 # Python cannot be interrupted there, so the runner itself is the last line: no answer in time, it is killed.
 PROMPT_TIMEOUT_S = 30.0
+# An illegal instruction means the CPU kernels use an instruction this CPU (or its VM) does not run. A
+# segfault or bus error says the same only before the runner's first reply is done (AMX without its tile
+# configuration faults either way); after that it is a bug elsewhere, and a safer variant would not help.
+_CPU_FAULT = signal.SIGILL
+_EARLY_CPU_FAULTS = (signal.SIGSEGV, signal.SIGBUS) if hasattr(signal, "SIGBUS") else (signal.SIGSEGV,)
 
 
 class RunnerError(Exception):
@@ -58,13 +72,34 @@ def _describe_exit(code: int | None) -> str:
     return f"the model runner exited with code {code}"
 
 
+@dataclass(frozen=True)
+class _Interrupted:
+    """A reply cut off by the runner's death: what it died of, and how far the reply had got."""
+
+    error: RunnerError
+    prompt_ready: bool
+    streamed: bool
+
+
 class RunnerClient:
     """Owns one runner process. Not thread-safe: one worker thread drives it; `cancel()` may be called
     from any thread because it only sets a cross-process flag."""
 
-    def __init__(self, log_path: Path | None = None, *, prompt_timeout_s: float = PROMPT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        log_path: Path | None = None,
+        *,
+        prompt_timeout_s: float = PROMPT_TIMEOUT_S,
+        kernel_memory: CpuKernelMemory | None = None,
+    ) -> None:
         self._log_path = log_path
         self._prompt_timeout_s = prompt_timeout_s
+        self._kernel_memory = kernel_memory or CpuKernelMemory(None)
+        self._kernels: CpuKernels | None = None  # chosen at the first start (scoring loads the variants)
+        self._exit_signal: int | None = None  # how the last runner died
+        self._replied = False  # whether the current runner finished a reply
+        # One sentence about the last switch to safer CPU kernels, for the status bar; "" when none happened.
+        self.kernel_note = ""
         self._ctx = multiprocessing.get_context("spawn")
         self._cancel = self._ctx.RawValue(ctypes.c_bool, False)
         self._process: BaseProcess | None = None
@@ -89,17 +124,53 @@ class RunnerClient:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
+    @property
+    def kernels(self) -> CpuKernels:
+        """The CPU variant the next runner starts on: a fallback remembered for this machine, else the best
+        one."""
+        if self._kernels is None:
+            self._kernels = kernels_for_this_machine(self._kernel_memory)
+        return self._kernels
+
     def _start(self) -> None:
         parent, child = self._ctx.Pipe(duplex=True)
         log_path = str(self._log_path) if self._log_path else None
+        kernels = self.kernels
+        variant = None if kernels.variant == BUILT_IN else kernels.variant
         process = self._ctx.Process(
-            target=runner_main, args=(child, self._cancel, log_path), name="hearth-runner", daemon=True
+            target=runner_main,
+            args=(child, self._cancel, log_path, variant, kernels.reason),
+            name="hearth-runner",
+            daemon=True,
         )
         process.start()
         child.close()
         self._process, self._conn = process, parent
         self._loaded = None
-        log.info("runner started (pid %s)", process.pid)
+        self._replied = False
+        log.info("runner started (pid %s, CPU kernels %s: %s)", process.pid, kernels.variant, kernels.reason)
+
+    def _switch_to_safer_kernels(self) -> bool:
+        """After the runner died of a CPU fault: choose the next safer CPU variant, remember it for this
+        machine, and say so. False when the death was not a CPU fault or nothing safer is left."""
+        fault, kernels = self._exit_signal, self.kernels
+        if fault is None or kernels.variant == BUILT_IN:
+            return False
+        cpu_fault = fault == _CPU_FAULT or (
+            fault in _EARLY_CPU_FAULTS and not self._replied and kernels.reason == BEST_REASON
+        )
+        safer = safer_than(kernels.variant) if cpu_fault else None
+        if safer is None:
+            return False
+        name = signal.Signals(fault).name
+        remembered = self._kernel_memory.remember(safer, kernels.variant, name)
+        self._kernels = CpuKernels(safer, remembered.reason)
+        self.kernel_note = (
+            f"llama.cpp's {kernels.variant} CPU kernels crashed on this computer ({name}); Hearth now uses "
+            f"its safer {safer} kernels here."
+        )
+        log.warning("%s (remembered in %s)", self.kernel_note, self._kernel_memory.path)
+        return True
 
     def _reap(self) -> str:
         """Clean up after a dead runner and say what happened, with llama.cpp's last words if any."""
@@ -108,6 +179,7 @@ class RunnerClient:
         if process is not None:
             process.join(timeout=5)
             code = process.exitcode
+        self._exit_signal = -code if code is not None and code < 0 else None
         if self._conn is not None:
             self._conn.close()
         self._process, self._conn, self._loaded = None, None, None
@@ -144,53 +216,100 @@ class RunnerClient:
     def load(self, plan: LoadPlan) -> Loaded:
         """Blocking. Starts the runner if needed. Raises RunnerError."""
         with self._lock:
-            if not self.alive:
-                if self._process is not None:
-                    self._reap()
-                self._start()
-            assert self._conn is not None
-            self._plan = plan
-            self._loaded = None
-            self._conn.send(LoadRequest(plan))
-            reply = self._receive(LOAD_TIMEOUT_S)
-            if isinstance(reply, Failed):
-                raise RunnerError(reply.kind, reply.message)
-            assert isinstance(reply, Loaded)
-            self._loaded = reply
-            return reply
+            try:
+                return self._load(plan)
+            except RunnerError as exc:
+                if exc.kind is not ErrorKind.RUNNER_CRASHED or not self._switch_to_safer_kernels():
+                    raise
+            return self._load(plan)
+
+    def _load(self, plan: LoadPlan) -> Loaded:
+        if not self.alive:
+            if self._process is not None:
+                self._reap()
+            self._start()
+        assert self._conn is not None
+        self._plan = plan
+        self._loaded = None
+        self._conn.send(LoadRequest(plan))
+        reply = self._receive(LOAD_TIMEOUT_S)
+        if isinstance(reply, Failed):
+            raise RunnerError(reply.kind, reply.message)
+        assert isinstance(reply, Loaded)
+        self._loaded = reply
+        return reply
 
     def generate(self, request: GenerateRequest) -> Iterator[PromptReady | TokenDelta | Finished | Failed]:
         """Yields PromptReady once the prompt is rendered, deltas, then exactly one Finished or Failed; a
-        runner that dies yields RUNNER_CRASHED."""
+        runner that dies yields RUNNER_CRASHED.
+
+        A runner killed by a CPU fault before it streamed anything is restarted once on safer CPU kernels,
+        and the request is sent again: the caller sees one reply, not the crash.
+        """
         with self._lock:
             if not self.alive or self._loaded is None:
                 yield Failed(request.request_id, ErrorKind.NOT_LOADED, "No model is loaded.")
                 return
-            assert self._conn is not None
-            self._conn.send(request)
+            retried = False
             prompt_ready = False
             while True:
-                try:
-                    event = self._receive(None if prompt_ready else self._prompt_timeout_s)
-                except RunnerError as exc:
-                    message = exc.message
-                    if not prompt_ready and self.alive:
-                        self.kill()
-                        self._reap()
-                        message = (
-                            f"Preparing the prompt took longer than {self._prompt_timeout_s:g} s (the "
-                            "model's chat template may loop forever); the model runner was stopped."
-                        )
+                failed = yield from self._generate_once(request, prompt_ready)
+                if failed is None:
+                    return
+                prompt_ready = prompt_ready or failed.prompt_ready
+                message = failed.error.message
+                if retried:
+                    message += f" (again, on the safer {self.kernels.variant} CPU kernels)"
+                elif self._switch_to_safer_kernels():
+                    if not failed.streamed:
+                        retried = True
+                        plan = self._plan
+                        assert plan is not None
+                        try:
+                            self._load(plan)
+                        except RunnerError as exc:
+                            yield Failed(request.request_id, exc.kind, f"{exc.message} {self.kernel_note}")
+                            return
+                        continue
+                    # Text already shown cannot be taken back: this reply ends, the next one is safe.
+                    message += f" {self.kernel_note}"
+                yield Failed(request.request_id, failed.error.kind, message)
+                return
+
+    def _generate_once(
+        self, request: GenerateRequest, prompt_ready_sent: bool
+    ) -> Generator[PromptReady | TokenDelta | Finished | Failed, None, _Interrupted | None]:
+        """One attempt: yields events, returns None when the reply ended (Finished or Failed) or what cut it
+        off when the runner died or stopped answering."""
+        assert self._conn is not None
+        self._conn.send(request)
+        prompt_ready = streamed = False
+        while True:
+            try:
+                event = self._receive(None if prompt_ready else self._prompt_timeout_s)
+            except RunnerError as exc:
+                if not prompt_ready and self.alive:
+                    self.kill()
+                    self._reap()
+                    self._exit_signal = None  # stopped by Hearth, not by the CPU
+                    message = (
+                        f"Preparing the prompt took longer than {self._prompt_timeout_s:g} s (the "
+                        "model's chat template may loop forever); the model runner was stopped."
+                    )
                     yield Failed(request.request_id, exc.kind, message)
-                    return
-                if isinstance(event, PromptReady):
-                    prompt_ready = True
+                    return None
+                return _Interrupted(exc, prompt_ready, streamed)
+            if isinstance(event, PromptReady):
+                prompt_ready = True
+                if not prompt_ready_sent:
                     yield event
-                elif isinstance(event, TokenDelta):
-                    yield event
-                elif isinstance(event, Finished | Failed):
-                    yield event
-                    return
+            elif isinstance(event, TokenDelta):
+                streamed = True
+                yield event
+            elif isinstance(event, Finished | Failed):
+                self._replied = self._replied or isinstance(event, Finished)
+                yield event
+                return None
 
     def count_tokens(self, messages: tuple[ChatMessage, ...]) -> TokenCount:
         """Blocking. The prompt these messages make, counted by the loaded model's own template and tokenizer.

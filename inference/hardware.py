@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 import psutil
 
+from inference.ggml_backends import load_backends
+
 log = logging.getLogger("hearth.hardware")
 
 MIB = 1024 * 1024
@@ -222,6 +224,11 @@ def llama_backend() -> tuple[str, str]:
         # A CUDA build on a machine without the CUDA runtime fails here, inside the native library load.
         return "unavailable", f"llama-cpp-python failed to load: {_error_text(exc)}"
     version = getattr(llama_cpp, "__version__", "(unknown version)")
+    try:
+        # Built with GGML_BACKEND_DL, llama.cpp knows of no device, GPU or CPU, until they are loaded.
+        load_backends()
+    except Exception as exc:
+        return "unavailable", f"llama-cpp-python {version} could not load its backends: {_error_text(exc)}"
     try:
         offload = bool(llama_cpp.llama_supports_gpu_offload())
     except Exception as exc:

@@ -125,6 +125,10 @@ class Loaded:
     predicted_bytes: dict[str, int] = field(default_factory=dict)
     # How many expert tensors llama.cpp reports having placed in system memory for plan.experts_on_cpu.
     host_expert_tensors: int = 0
+    # The ggml CPU variant the runner loaded ("haswell", "sapphirerapids", ...) and why
+    # (inference.ggml_backends).
+    cpu_kernels: str = ""
+    cpu_kernels_reason: str = ""
 
 
 @dataclass(frozen=True)

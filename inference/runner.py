@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from inference.chat_template import RenderedPrompt, render_chat
 from inference.estimator import KV_CACHE_TYPES
+from inference.ggml_backends import CpuKernels, load_backends
 from inference.gguf import GGUFError, read_header
 from inference.llama_memory import LlamaLog, gpu_used_bytes
 from inference.protocol import (
@@ -155,9 +156,12 @@ class CancelFlag(Protocol):
 
 
 class Runner:
-    def __init__(self, send: Callable[[object], None], cancel: CancelFlag) -> None:
+    def __init__(
+        self, send: Callable[[object], None], cancel: CancelFlag, kernels: CpuKernels | None = None
+    ) -> None:
         self._send = send
         self._cancel = cancel
+        self._kernels = kernels
         self._model: _Model | None = None
 
     def load(self, request: LoadRequest) -> None:
@@ -180,6 +184,7 @@ class Runner:
         try:
             import llama_cpp
 
+            kernels = self._kernels or load_backends()
             _disable_llama_cpp_template_compilation()
             _cap_address_space()
             with buffers, experts_in_system_memory() if plan.experts_on_cpu else nullcontext():
@@ -243,6 +248,8 @@ class Runner:
                 memory_bytes=memory,
                 predicted_bytes=dict(plan.predicted_bytes),
                 host_expert_tensors=len(overridden_tensors(buffers.text)),
+                cpu_kernels=kernels.variant,
+                cpu_kernels_reason=kernels.reason,
             )
         )
 
@@ -476,10 +483,24 @@ def _redirect_native_stderr(log_path: str | None) -> None:
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
 
 
-def runner_main(conn: Connection, cancel: CancelFlag, log_path: str | None) -> None:
+def runner_main(
+    conn: Connection,
+    cancel: CancelFlag,
+    log_path: str | None,
+    cpu_variant: str | None = None,
+    cpu_reason: str = "",
+) -> None:
+    """`cpu_variant` names the ggml CPU variant to run on (inference.ggml_backends), None for the best."""
     _redirect_native_stderr(log_path)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s runner %(message)s")
-    runner = Runner(conn.send, cancel)
+    kernels = None
+    try:
+        # Before any request: the kernels are chosen once per runner, and a variant that cannot even be
+        # loaded shows up in the log at start.
+        kernels = load_backends(cpu_variant, cpu_reason)
+    except Exception:
+        log.exception("llama.cpp's backends could not be loaded")
+    runner = Runner(conn.send, cancel, kernels)
     while True:
         try:
             message = conn.recv()

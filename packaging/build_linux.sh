@@ -8,16 +8,15 @@
 #   dist/hearth_<version>_amd64.deb              installs to /opt/hearth, /usr/bin/hearth, a desktop entry
 #   dist/Hearth-<version>-linux-x86_64.tar.gz    the same bundle, portable
 #
-# llama.cpp's Python code is frozen from the venv, but its shared libraries come from a wheel built for
-# shipping: the venv's own build (scripts/bootstrap.sh) is compiled for the build machine's CPU
-# (-march=native: AVX-512 here), and would die with SIGILL on most users' CPUs.
+# llama.cpp's Python code is frozen from the venv, its shared libraries come from the wheel of the same
+# flavour in the wheel cache (packaging/llama_build.py), the one scripts/bootstrap.sh installs: ggml's CPU
+# backend once per x86-64 CPU variant, the best chosen on the user's machine at run time.
 #
 # Environment:
-#   HEARTH_BACKEND=cpu|cuda      cpu (default): a portable CPU build (GGML_NATIVE=OFF: AVX2/FMA/F16C, any
-#                                x86-64 CPU since 2013), built once (~6 min on 2 cores) and kept in
-#                                ~/.cache/hearth/wheels/cpu-portable/. cuda: a CUDA wheel from
-#                                packaging/build_llama_cuda.sh with the CUDA runtime and cuBLAS next to it;
-#                                package hearth-cuda, files named …-cuda (see packaging/README.md)
+#   HEARTH_BACKEND=cpu|cuda      cpu (default): the CPU wheel, built if the cache lacks it (~25 min on 2
+#                                cores). cuda: a CUDA wheel from packaging/build_llama_cuda.sh with the CUDA
+#                                runtime and cuBLAS next to it; package hearth-cuda, files named …-cuda
+#                                (see packaging/README.md)
 #   HEARTH_LLAMA_WHEEL=FILE      the llama-cpp-python wheel whose libraries are bundled (default: the one
 #                                above for the backend)
 #   HEARTH_CUDA_RUNTIME_DIR=DIR  where libcudart/libcublas/libcublasLt come from (default: PyPI's
@@ -62,36 +61,21 @@ if ! "$py" -c 'import sys, PyInstaller; sys.exit(PyInstaller.__version__.split("
   "$py" -m pip install --quiet --disable-pip-version-check "pyinstaller>=6.10,<7"
 fi
 
-llama_version="$("$py" -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')"
+llama_version="$("$py" packaging/llama_build.py version)"
 wheel_cache="${XDG_CACHE_HOME:-$HOME/.cache}/hearth/wheels"
 wheel="${HEARTH_LLAMA_WHEEL:-}"
-# x86-64: AVX2/FMA/F16C/BMI2 and nothing newer (every x86-64 CPU since 2013), named explicitly: with
-# GGML_NATIVE=OFF ggml turns them on only when it was not already defaulting native off, which it does
-# whenever SOURCE_DATE_EPOCH is set, and the result is an SSE2-only build 5-10x slower.
-case "$machine" in
-  x86_64) portable_flags="-DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
-    portable_tag=x86_64-avx2 ;;
-  *) portable_flags="" portable_tag="$machine" ;;
-esac
-if [ -z "$wheel" ] && [ "$backend" = cpu ]; then
-  portable="$wheel_cache/cpu-portable-$portable_tag"
-  wheel="$(ls "$portable"/llama_cpp_python-"$llama_version"-*.whl 2>/dev/null | head -n1 || true)"
-  if [ -z "$wheel" ]; then
-    echo "Building a portable CPU llama-cpp-python $llama_version for the installers (once; ~6 min on 2 cores)…"
-    mkdir -p "$portable"
-    env -u SOURCE_DATE_EPOCH CMAKE_ARGS="-DGGML_CUDA=off -DGGML_NATIVE=OFF $portable_flags" \
-      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-      "$py" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-cache-dir -w "$portable" \
-      "llama-cpp-python==$llama_version"
-    wheel="$(ls "$portable"/llama_cpp_python-"$llama_version"-*.whl | head -n1)"
-    "$py" packaging/llama_libs.py dedupe-wheel "$wheel"
+if [ -z "$wheel" ]; then
+  flavour_dir="$wheel_cache/$("$py" packaging/llama_build.py flavour "$backend")"
+  wheel="$(ls "$flavour_dir"/llama_cpp_python-"$llama_version"-*.whl 2>/dev/null | head -n1 || true)"
+  if [ -z "$wheel" ] && [ "$backend" = cpu ]; then
+    echo "Building llama-cpp-python $llama_version with every CPU variant (once; ~25 min on 2 cores)…"
+    "$py" packaging/llama_build.py wheel cpu "$flavour_dir"
+    wheel="$(ls "$flavour_dir"/llama_cpp_python-"$llama_version"-*.whl | head -n1)"
   fi
-elif [ -z "$wheel" ]; then
-  wheel="$(ls -t "$wheel_cache"/cuda/llama_cpp_python-"$llama_version"-*.whl 2>/dev/null | head -n1 || true)"
 fi
 [ -f "$wheel" ] || {
-  echo "no $backend wheel of llama-cpp-python $llama_version: build one with packaging/build_llama_cuda.sh" \
-    "or set HEARTH_LLAMA_WHEEL" >&2
+  echo "no $backend wheel of llama-cpp-python $llama_version in ${flavour_dir:-the cache}: build one with" \
+    "packaging/build_llama_cuda.sh or set HEARTH_LLAMA_WHEEL" >&2
   exit 1
 }
 libs="$build/llama-lib"
@@ -156,16 +140,8 @@ if [ "$backend" = cuda ]; then
     [ -e "$libs/lib$lib.so.$major" ] || { echo "lib$lib.so.$major not found in ${sources[*]}" >&2; exit 1; }
   done
 fi
-# What the CPU code was compiled for, as llama.cpp reports it; a build without AVX2 is never shipped.
-features="$("$py" -c 'import ctypes, sys
-lib = ctypes.CDLL(sys.argv[1])
-lib.llama_print_system_info.restype = ctypes.c_char_p
-print(lib.llama_print_system_info().decode())' "$libs/libllama.so")"
-echo "llama.cpp CPU code: $features"
-if [ "$machine" = x86_64 ] && [[ "$features" != *"AVX2 = 1"* ]]; then
-  echo "$wheel was built without AVX2: it would run 5-10x slower than it should" >&2
-  exit 1
-fi
+# Never ship a single-variant (or -march=native) CPU backend, nor AMX code with an unfilled tile config.
+"$py" packaging/llama_build.py check "$libs"
 export HEARTH_LLAMA_LIB_DIR="$libs"
 
 echo "Freezing Hearth $version ($backend) with PyInstaller…"

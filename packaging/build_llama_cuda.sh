@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Build a CUDA wheel of llama-cpp-python on a machine that has nvcc but not necessarily cuBLAS or a GPU.
 #
-#   packaging/build_llama_cuda.sh OUTPUT_DIR
+#   packaging/build_llama_cuda.sh [OUTPUT_DIR]
+#
+# OUTPUT_DIR defaults to the wheel cache's folder for this flavour (packaging/llama_build.py), where
+# scripts/bootstrap.sh and packaging/build_linux.sh look for it.
 #
 # nvcc: $CUDACXX, else nvcc on PATH, else $CUDA_HOME/bin/nvcc, else /usr/local/cuda/bin/nvcc.
 # cuBLAS (headers and libraries to link against): from that toolkit when it has them, else from PyPI's
@@ -21,8 +24,8 @@
 #   GGML_CUDA_NO_VMM=ON  libggml-cuda does not link libcuda.so.1 (the driver), so it loads on a machine
 #                        without one; llama.cpp then finds no CUDA device and Hearth runs on the CPU, saying
 #                        why ("has CUDA support but found no usable GPU or driver");
-#   GGML_NATIVE=OFF      the CPU code uses AVX2/FMA/F16C (named explicitly), not the build machine's
-#                        newest instructions.
+#   the CPU backend of the CPU wheel (packaging/llama_build.py): one library per x86-64 CPU variant, the
+#                        best chosen at run time, never the build machine's -march=native.
 # and deduplicated (packaging/llama_libs.py dedupe-wheel): pip's wheel holds every library 3-4 times
 # (symlinks become copies), 268 MB for sm_90 alone; after it, one copy of each that is loaded at run time.
 # At run time it needs libcudart.so.N, libcublas.so.N and libcublasLt.so.N (packaging/build_linux.sh with
@@ -30,12 +33,12 @@
 # NVIDIA driver that supports CUDA N.
 set -euo pipefail
 
-out="${1:?usage: $0 OUTPUT_DIR}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 py="${HEARTH_VENV:-$root/.venv}/bin/python"
-llama_version="0.3.36"
 archs="${HEARTH_CUDA_ARCHS:-86;89;90}"
 [ -x "$py" ] || { echo "no venv python at $py (set HEARTH_VENV)" >&2; exit 1; }
+llama_version="$("$py" "$root/packaging/llama_build.py" version)"
+out="${1:-${XDG_CACHE_HOME:-$HOME/.cache}/hearth/wheels/$(HEARTH_CUDA_ARCHS="$archs" "$py" "$root/packaging/llama_build.py" flavour cuda)}"
 arch_pattern='^[0-9]+[af]?(-real|-virtual)?(;[0-9]+[af]?(-real|-virtual)?)*$'
 if ! [[ "$archs" =~ $arch_pattern ]]; then
   echo "HEARTH_CUDA_ARCHS must look like \"86;89;90\", not \"$archs\"" >&2
@@ -125,19 +128,15 @@ EOF
   exit 0
 fi
 
-# Named, not implied by GGML_NATIVE=OFF: ggml drops them when SOURCE_DATE_EPOCH is set (packaging/build_linux.sh).
-cpu_flags=""
-[ "$(uname -m)" = x86_64 ] && cpu_flags="-DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 started=$SECONDS
 mkdir -p "$work/out"
-CUDAToolkit_ROOT="$toolkit" CUDACXX="$nvcc" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-  CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$archs -DCUDAToolkit_ROOT=$toolkit \
--DCMAKE_CUDA_FLAGS=-I$toolkit/include -DCMAKE_LIBRARY_PATH=$toolkit/lib64 -DGGML_CUDA_NO_VMM=ON -DGGML_NATIVE=OFF \
-$cpu_flags" \
-  "$py" -m pip wheel --disable-pip-version-check --no-deps --no-cache-dir -w "$work/out" \
-  "llama-cpp-python==$llama_version"
+# The CPU side is the same as the CPU wheel's (packaging/llama_build.py: every CPU variant, chosen at run
+# time, Hearth's patches); these options add the CUDA backend, built from this toolkit.
+CUDAToolkit_ROOT="$toolkit" CUDACXX="$nvcc" HEARTH_CUDA_ARCHS="$archs" \
+  HEARTH_EXTRA_CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=$archs -DCUDAToolkit_ROOT=$toolkit \
+-DCMAKE_CUDA_FLAGS=-I$toolkit/include -DCMAKE_LIBRARY_PATH=$toolkit/lib64 -DGGML_CUDA_NO_VMM=ON" \
+  "$py" "$root/packaging/llama_build.py" wheel cuda "$work/out"
 wheel="$(ls "$work"/out/llama_cpp_python-"$llama_version"-*.whl)"
-"$py" "$root/packaging/llama_libs.py" dedupe-wheel "$wheel"
 
 # Check what was built: the CUDA backend is there, it does not need the driver to load, and it carries
 # code for the requested architectures.

@@ -20,7 +20,6 @@ esac
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 venv="${HEARTH_VENV:-$root/.venv}"
-llama_version="0.3.36"
 starter_version="0.1.2"
 wheel_cache="${XDG_CACHE_HOME:-$HOME/.cache}/hearth/wheels"
 
@@ -55,28 +54,28 @@ if [ "$backend" = auto ]; then
   if command -v nvcc >/dev/null 2>&1 && has_cublas; then backend=cuda; else backend=cpu; fi
 fi
 
-installed_backend() {
-  "$py" - <<'PY' 2>/dev/null || true
-import importlib.metadata as m, llama_cpp
-print(("cuda" if llama_cpp.llama_supports_gpu_offload() else "cpu") + "-" + m.version("llama-cpp-python"))
-PY
+# llama-cpp-python ships only as source. Each build flavour (backend, CMake options, Hearth's patches:
+# packaging/llama_build.py) is built once and kept outside the checkout, so new clones and CI reuse it; pip's
+# own cache can't tell one build of an sdist from another. The flavour is recorded in the installed
+# package's metadata (pip removes it with the package), so a build made another way (the -march=native
+# wheels of earlier versions) is replaced.
+flavour="$("$py" "$root/packaging/llama_build.py" flavour "$backend")"
+llama_version="$("$py" "$root/packaging/llama_build.py" version)"
+installed_flavour() {
+  "$py" "$root/packaging/llama_build.py" installed-flavour 2>/dev/null || true
 }
-
-# llama-cpp-python ships only as source. Each backend's wheel is built once and kept outside the checkout,
-# so new clones and CI reuse it; pip's own cache can't tell a CPU build from a CUDA build of one sdist.
-if [ "$(installed_backend)" != "$backend-$llama_version" ]; then
-  dest="$wheel_cache/$backend"
+if [ "$(installed_flavour)" != "$flavour" ]; then
+  dest="$wheel_cache/$flavour"
   if ! ls "$dest"/llama_cpp_python-"$llama_version"-*.whl >/dev/null 2>&1; then
-    mkdir -p "$dest"
-    echo "Building llama-cpp-python $llama_version for $backend (CPU: ~6 min on 2 cores; CUDA: much longer)…"
+    echo "Building llama-cpp-python $llama_version ($flavour; CPU: ~25 min on 2 cores for all CPU variants; CUDA: much longer)…"
     if [ "$backend" = cuda ]; then
       "$root/packaging/build_llama_cuda.sh" "$dest"
     else
-      CMAKE_ARGS="-DGGML_CUDA=off ${HEARTH_CMAKE_ARGS:-}" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-        "${pip[@]}" wheel --no-deps --no-cache-dir -w "$dest" "llama-cpp-python==$llama_version"
+      HEARTH_EXTRA_CMAKE_ARGS="${HEARTH_CMAKE_ARGS:-}" "$py" "$root/packaging/llama_build.py" wheel cpu "$dest"
     fi
   fi
   "${pip[@]}" install --quiet --force-reinstall --no-deps "$dest"/llama_cpp_python-"$llama_version"-*.whl
+  "$py" "$root/packaging/llama_build.py" installed-flavour --set "$flavour"
 fi
 
 if [ "$mode" = test ]; then

@@ -61,6 +61,16 @@ class MemoryKeyring(KeyringBackend):
         self.entries.pop((service, username), None)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def llama_cpp_backends() -> None:
+    """Some tests drive llama.cpp in the pytest process (dry-run sizing, quantizing the starter model): like
+    the runner and `hearth doctor`, that process loads ggml's backends first (inference.ggml_backends)."""
+    if importlib.util.find_spec("llama_cpp") is not None:
+        from inference.ggml_backends import load_backends
+
+        load_backends()
+
+
 @pytest.fixture(autouse=True)
 def hermetic_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path / "hearth-home"
@@ -147,7 +157,12 @@ def make_engine(core: Core) -> Iterator[Callable[..., ChatEngine]]:
     def make(servers: Any = None, **changes: Any) -> ChatEngine:
         settings = dataclasses.replace(core.settings, **changes)
         made = ChatEngine(
-            core.store, core.library, settings, runner_log=core.paths.runner_log_file, servers=servers
+            core.store,
+            core.library,
+            settings,
+            runner_log=core.paths.runner_log_file,
+            cpu_kernels_file=core.paths.cpu_kernels_file,
+            servers=servers,
         )
         engines.append(made)
         return made

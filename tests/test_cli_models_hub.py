@@ -258,3 +258,17 @@ def test_ctrl_c_keeps_the_partial_and_the_same_command_resumes(hub: HubServer, h
     code, _, err = run("models", "download", REPO, "--endpoint", hub.url)
     assert code == 0, err
     assert hub.requests_to("/resolve/")[-1].headers["range"] == f"bytes={kept}-"
+
+
+def test_hub_commands_without_a_keyring_do_not_warn_about_it(
+    hub: HubServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    from keyring.backends import fail
+
+    hub.add_repo(REPO, [starter_file()], downloads=1234)
+    keyring.set_keyring(fail.Keyring())  # type: ignore[no-untyped-call]
+    with caplog.at_level("WARNING", logger="hearth"):
+        code, out, err = run("models", "search", "smollm2", "--endpoint", hub.url)
+    assert code == 0, err
+    assert REPO in out
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("hearth.secrets")] == []

@@ -161,3 +161,31 @@ def test_removing_a_server_whose_key_the_keyring_keeps_says_so(monkeypatch: pyte
     assert err.startswith("hearth: removed lab, but not its API key: The system keyring is locked")
     assert len(err.splitlines()) == 1 and KEY not in err
     assert json.loads(run("servers", "list", "--json")[1]) == {"servers": []}
+
+
+def test_without_a_keyring_adding_a_server_without_a_key_warns_of_nothing(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keyring.backends import fail
+
+    keyring.set_keyring(fail.Keyring())  # type: ignore[no-untyped-call]
+    with caplog.at_level("WARNING", logger="hearth"):
+        code, out, err = run("servers", "add", "lab", "http://127.0.0.1:9/")
+        assert code == 0, err
+        code, out, err = run("servers", "list")
+    assert code == 0 and out.startswith("lab\thttp://127.0.0.1:9/v1\tno key")
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("hearth.secrets")] == []
+    # Saving a key is where a missing keyring matters, and there it is said.
+    add = ("servers", "add", "keyed", "http://127.0.0.1:9/", "--api-key-from-stdin")
+    code, _, err = run(*add, stdin=f"{KEY}\n", monkeypatch=monkeypatch)
+    assert code == 0 and "the API key was not saved: No system keyring is available" in err
+
+
+def test_replacing_a_server_without_a_key_removes_the_old_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    add = ("servers", "add", "lab", "http://127.0.0.1:9/", "--api-key-from-stdin")
+    code, _, err = run(*add, stdin=f"{KEY}\n", monkeypatch=monkeypatch)
+    assert code == 0, err
+    assert keyring.get_password("Hearth", "server-api-key:lab") == KEY
+    code, _, err = run("servers", "add", "lab", "http://127.0.0.1:8/")
+    assert code == 0, err
+    assert keyring.get_password("Hearth", "server-api-key:lab") is None

@@ -1349,7 +1349,8 @@ class MainWindow(QMainWindow):
         self._status_known = True
         self.statusBackend.setText(status.summary)
         # Tooltips are rich text when they look like HTML, so the detail is escaped first.
-        self.statusBackend.setToolTip(f"<p>{html.escape(status.detail)}</p>" if status.detail else "")
+        tips = "".join(f"<p>{html.escape(tip)}</p>" for tip in (status.detail, status.kernels) if tip)
+        self.statusBackend.setToolTip(tips)
         if status.state == "failed" or (status.state == "ready" and status.detail):
             self.statusBar().showMessage(status.detail or status.summary, ERROR_MESSAGE_MS)
 
