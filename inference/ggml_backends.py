@@ -23,6 +23,7 @@ import logging
 import os
 import platform
 import re
+import sys
 import tempfile
 import threading
 from dataclasses import asdict, dataclass
@@ -36,7 +37,7 @@ log = logging.getLogger("hearth.backends")
 VARIANT_ENV = "HEARTH_CPU_VARIANT"
 BUILT_IN = "built-in"
 BEST_REASON = "best for this CPU"
-_VARIANT_FILE = re.compile(r"libggml-cpu-(.+?)\.(?:so|dll|dylib)")
+_VARIANT_FILE = re.compile(r"(?:lib)?ggml-cpu-(.+?)\.(?:so|dll|dylib)")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class CpuKernels:
 
 def llama_lib_dir() -> Path | None:
     """llama_cpp's `lib` folder, found without importing llama_cpp (which loads libllama)."""
+    imported = sys.modules.get("llama_cpp")
+    if imported is not None and getattr(imported, "__file__", None):
+        return Path(str(imported.__file__)).parent / "lib"
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or spec.origin is None:
         return None
@@ -82,11 +86,22 @@ def _score(path: Path) -> int:
         return 0
     try:
         score_fn = library.ggml_backend_score
+        score_fn.restype = ctypes.c_int
+        score_fn.argtypes = []
+        return int(score_fn())
     except AttributeError:
         return 0
-    score_fn.restype = ctypes.c_int
-    score_fn.argtypes = []
-    return int(score_fn())
+    finally:
+        _unload(library)
+
+
+def _unload(library: ctypes.CDLL) -> None:
+    # ctypes never unloads; ggml's loader does, so that only the chosen variant stays in the process.
+    import _ctypes
+
+    close = getattr(_ctypes, "dlclose", None) or getattr(_ctypes, "FreeLibrary", None)
+    if close is not None:
+        close(library._handle)
 
 
 _ranked: dict[Path, tuple[CpuVariant, ...]] = {}

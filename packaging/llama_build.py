@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import re
 import shlex
+import shutil
 import struct
 import subprocess
 import sys
@@ -107,10 +109,13 @@ def patched_source(python: str, work: Path) -> Path:
         archive.extractall(work, filter="data")
     source = work / f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
     for patch in sorted(PATCHES.glob("*.patch")):
-        # --forward --batch: a patch that no longer applies stops the build instead of being skipped.
-        subprocess.run(
-            ["patch", "-p1", "--forward", "--batch", "--quiet", "-i", str(patch)], cwd=source, check=True
-        )
+        # A patch that no longer applies stops the build instead of being skipped. git apply works outside a
+        # repository too, for machines without patch (Windows).
+        if shutil.which("patch"):
+            command = ["patch", "-p1", "--forward", "--batch", "--quiet", "-i", str(patch)]
+        else:
+            command = ["git", "apply", "-p1", str(patch)]
+        subprocess.run(command, cwd=source, check=True)
         print(f"applied {patch.name}")
     return source
 
@@ -152,7 +157,8 @@ def build_wheel(backend: str, out: Path, python: str = sys.executable) -> Path:
 
 def cpu_variants(lib_dir: Path) -> list[str]:
     """The CPU variants in a llama_cpp/lib folder (`haswell`, `zen4`, ...), as ggml names them."""
-    names = {re.fullmatch(r"libggml-cpu-(.+?)\.so(?:\.[0-9.]+)?", p.name) for p in lib_dir.iterdir()}
+    pattern = re.compile(r"(?:lib)?ggml-cpu-(.+?)\.(?:so|dll|dylib)(?:\.[0-9.]+)?")
+    names = {pattern.fullmatch(p.name) for p in lib_dir.iterdir()}
     return sorted({m.group(1) for m in names if m})
 
 
@@ -183,7 +189,12 @@ class TileConfigLoad:
 
 
 def tile_config_loads(library: Path) -> list[TileConfigLoad]:
-    """Every ldtilecfg in LIBRARY, with the bytes it loads when its operand is RIP-relative (in .rodata)."""
+    """Every ldtilecfg in LIBRARY, with the bytes it loads when its operand is RIP-relative (in .rodata).
+
+    ELF files only: the defect is GCC's, and objdump is a Linux tool.
+    """
+    if library.read_bytes()[:4] != b"\x7fELF":
+        return []
     listing = subprocess.run(
         ["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True, check=True
     ).stdout
@@ -219,7 +230,7 @@ def check_libraries(lib_dir: Path) -> list[str]:
     variants = cpu_variants(lib_dir)
     if (lib_dir / "libggml-cpu.so").exists() and not variants:
         problems.append("a single-variant CPU backend (libggml-cpu.so): built without GGML_CPU_ALL_VARIANTS")
-    if os.uname().machine == "x86_64":
+    if platform.machine().lower() in ("x86_64", "amd64"):
         missing = [v for v in REQUIRED_X86_VARIANTS if v not in variants]
         if missing:
             problems.append(
@@ -227,13 +238,14 @@ def check_libraries(lib_dir: Path) -> list[str]:
             )
     amx_loads = 0
     for variant in variants:
-        library = next(lib_dir.glob(f"libggml-cpu-{variant}.so*"))
+        library = next(lib_dir.glob(f"*ggml-cpu-{variant}.*"))
         for load in tile_config_loads(library):
             amx_loads += 1
             problem = load.problem()
             if problem:
                 problems.append(problem)
-    if os.uname().machine == "x86_64" and "sapphirerapids" in variants and amx_loads == 0:
+    elf_x86 = sys.platform.startswith("linux") and platform.machine() == "x86_64"
+    if elf_x86 and "sapphirerapids" in variants and amx_loads == 0:
         problems.append("libggml-cpu-sapphirerapids has no AMX code (ldtilecfg): AMX was not compiled in")
     return problems
 

@@ -15,12 +15,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from app.core import Core
+from app.engine import ChatEngine, ModelStatus, TurnCallbacks
 from inference.client import RunnerClient
 from inference.ggml_backends import (
     BEST_REASON,
@@ -40,6 +42,7 @@ from inference.protocol import (
     SamplingParams,
     TokenDelta,
 )
+from tests.conftest import starter_name
 from tests.test_cli import run
 
 pytestmark = pytest.mark.model
@@ -279,3 +282,39 @@ def test_doctor_names_the_cpu_kernels_and_why(hermetic_home: Path) -> None:
     assert kernels["reason"].startswith(f"fallback: {names[0]} crashed with SIGILL")
     code, text, _ = run("doctor")
     assert f"CPU:       {names[1]} kernels (fallback: {names[0]} crashed with SIGILL" in text
+
+
+class KillOnStart(TurnCallbacks):
+    """Delivers SIGILL to the runner the moment the reply row exists, before the prompt reaches llama.cpp."""
+
+    def __init__(self, engine: ChatEngine) -> None:
+        self._engine = engine
+        self.statuses: list[ModelStatus] = []
+
+    def started(self, conversation_id: int, user_message_id: int, assistant_message_id: int) -> None:
+        pid = self._engine.client.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGILL)
+
+    def model_status(self, status: ModelStatus) -> None:
+        self.statuses.append(status)
+
+
+def test_a_turn_survives_sigill_and_the_status_says_why(
+    make_engine: Callable[..., ChatEngine], core: Core
+) -> None:
+    engine = make_engine(max_tokens=16, temperature=0.0)
+    name = starter_name(core)
+    engine.ensure_loaded(name)
+    before = engine.status()
+    assert before.kernels == f"CPU kernels: {ranked_variants()[0].name} ({BEST_REASON})"
+    callbacks = KillOnStart(engine)
+
+    result = engine.run_turn(LONG_PROMPT, name, callbacks=callbacks)
+
+    assert result.status == "complete" and result.text.strip()
+    status = callbacks.statuses[-1]
+    safer = safer_than(ranked_variants()[0].name)
+    assert status.kernels.startswith(f"CPU kernels: {safer} (fallback: ")
+    assert f"Hearth now uses its safer {safer} kernels here." in status.detail
+    assert json.loads(core.paths.cpu_kernels_file.read_text(encoding="utf-8"))["variant"] == safer

@@ -105,6 +105,11 @@ def test_stream_stop_and_find_it_again_after_a_restart(
     assert partial.strip()
     assert "TTFT" in reply.stats_text and "tok/s" in reply.stats_text and "tokens out" in reply.stats_text
     assert window.statusStats.text().startswith("Last reply: TTFT")
+    # Which of llama.cpp's CPU kernels answered, and why: in the backend label's tooltip.
+    assert (
+        "CPU kernels: " in window.statusBackend.toolTip()
+        and "best for this CPU" in window.statusBackend.toolTip()
+    )
     _wait_idle(qtbot, window)
     gap = ticker.max_gap_between(streaming_from, streaming_until)
     assert gap < MAX_EVENT_LOOP_GAP_S, f"the event loop stalled for {gap:.3f} s while streaming"

@@ -146,6 +146,20 @@ def test_deb_metadata_and_layout(artifacts: tuple[Path, Path], deb_root: Path) -
     assert (deb_root / "usr" / "share" / "icons" / "hicolor" / "256x256" / "apps" / "hearth.png").is_file()
     internal = deb_root / "opt" / "hearth" / "_internal"
     assert (internal / "llama_cpp" / "lib" / "libllama.so").exists()
+    # Every CPU variant rides along (the best is chosen on the user's machine), with sound AMX code.
+    check = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "packaging" / "llama_build.py"),
+            "check",
+            str(internal / "llama_cpp" / "lib"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode == 0, check.stderr
+    assert "sapphirerapids" in check.stdout and "x64" in check.stdout
     assert (internal / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file()
     assert (internal / "app" / "migrations" / "env.py").is_file()
     # Only the Qt that Hearth uses.
@@ -187,6 +201,9 @@ def test_doctor_json(hearth: Path, tmp_path: Path) -> None:
     assert report["gpus"] == []
     assert report["gpu_reason"]
     assert report["database"]["ok"]
+    kernels = report["cpu_kernels"]
+    assert kernels["variant"] == kernels["available"][0] and kernels["available"][-1] == "x64"
+    assert kernels["reason"] == "best for this CPU"
 
 
 def test_offline_chat_with_the_bundled_starter_model(hearth: Path, tmp_path: Path) -> None:
@@ -213,6 +230,23 @@ def test_offline_chat_with_the_bundled_starter_model(hearth: Path, tmp_path: Pat
 
     listed = run(hearth, "models", "list", "--json", "--home", str(home), tmp_path=tmp_path)
     assert [m["sha256"] for m in json.loads(listed.stdout)["models"]] == [STARTER_SHA256]
+
+
+def test_frozen_app_answers_a_long_prompt(hearth: Path, tmp_path: Path) -> None:
+    """Over 500 prompt tokens: the batched kernels (AMX on a Xeon that has it) run, not only the
+    single-token ones a short chat uses."""
+    prompt = (
+        " ".join(f"Fact {i}: lamp {i} is {'red' if i % 2 else 'green'}." for i in range(110)) + " Lamp 7?"
+    )
+    home = tmp_path / "home"
+    result = run(
+        hearth, "chat", "--home", str(home), "--model", STARTER_NAME, "--max-tokens", "8", prompt,
+        tmp_path=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    shown = run(hearth, "conversations", "show", "1", "--json", "--home", str(home), tmp_path=tmp_path)
+    reply = json.loads(shown.stdout)["messages"][1]
+    assert reply["status"] == "complete" and reply["prompt_tokens"] >= 500
 
 
 def test_chat_without_stdout_or_stderr_does_not_crash(hearth: Path, tmp_path: Path) -> None:
