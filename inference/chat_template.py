@@ -13,10 +13,16 @@ message (CVE-2024-34359 was exactly this, unsandboxed). Here it runs in Jinja's 
   that were already checked).
 
 Whatever goes wrong, the caller gets a ChatML prompt and a one-line note for the user; nothing propagates.
+
+Message text is data, never markup: text in a message that spells one of the model's control tokens
+(`<|im_start|>`, pasted or in an imported file) would otherwise become that token and forge a turn. The
+caller names the control tokens' texts; they are swapped for stand-in characters while the template runs, and
+RenderedPrompt.literal_spans says where they ended up, for the tokenizer to read as plain text.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -24,7 +30,7 @@ import re
 import sys
 import time
 import types
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -59,6 +65,10 @@ _NON_STRINGIFYING_FILTERS: Final = frozenset(
 # Nothing a chat template needs, and each can grow a string by an unbounded factor in one C call.
 _BLOCKED_STR_METHODS: Final = frozenset({"translate", "maketrans", "expandtabs"})
 _DIGITS: Final = re.compile(r"\d+")
+# Where stand-ins for control-token text in messages come from: Unicode's private-use areas, which no
+# template treats specially (no case, not whitespace, not escaped by tojson); one is taken only if neither
+# the template nor any message already contains it.
+_STAND_IN_RANGES: Final = ((0xE000, 0xF8FF), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD))
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,20 @@ class RenderedPrompt:
     text: str
     source: str  # "gguf" or FALLBACK_SOURCE
     note: str  # "" when the model's template was used, else one line for the user
+    # [start, end) ranges of `text` that a message supplied and that spell a control token (render_chat's
+    # `control_texts`): the tokenizer must read them as plain text. In order, never overlapping.
+    literal_spans: tuple[tuple[int, int], ...] = ()
+
+    def pieces(self) -> Iterator[tuple[str, bool]]:
+        """`text` in order as (piece, literal) pairs; a literal piece must never become a control token."""
+        position = 0
+        for start, end in self.literal_spans:
+            if start > position:
+                yield self.text[position:start], False
+            yield self.text[start:end], True
+            position = end
+        if position < len(self.text) or not self.literal_spans:
+            yield self.text[position:], False
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -82,8 +106,39 @@ def render_chat(
     add_generation_prompt: bool = True,
     time_limit_s: float = 1.0,
     max_output_chars: int = 4_000_000,
+    control_texts: frozenset[str] = frozenset(),
 ) -> RenderedPrompt:
-    """Render `messages` with the model's chat template, or with ChatML (and a note saying why)."""
+    """Render `messages` with the model's chat template, or with ChatML (and a note saying why).
+
+    `control_texts`: the texts of the model's control tokens; where message content spells one, the result's
+    literal_spans mark it.
+    """
+    stand_ins: dict[str, str] = {}
+    pattern = control_text_pattern(control_texts)
+    if pattern is not None and any(pattern.search(m.content) for m in messages):
+        messages, stand_ins = _mask_messages(messages, pattern, (template or "", bos_token, eos_token))
+    rendered = _render(
+        template,
+        messages,
+        bos_token=bos_token,
+        eos_token=eos_token,
+        add_generation_prompt=add_generation_prompt,
+        time_limit_s=time_limit_s,
+        max_output_chars=max_output_chars,
+    )
+    return _unmask(rendered, stand_ins) if stand_ins else rendered
+
+
+def _render(
+    template: str | None,
+    messages: Sequence[ChatMessage],
+    *,
+    bos_token: str,
+    eos_token: str,
+    add_generation_prompt: bool,
+    time_limit_s: float,
+    max_output_chars: int,
+) -> RenderedPrompt:
     if template is None or not template.strip():
         return _fallback(messages, add_generation_prompt, "This model has no chat template")
     if len(template) > MAX_TEMPLATE_CHARS:
@@ -121,6 +176,93 @@ def _fallback(messages: Sequence[ChatMessage], add_generation_prompt: bool, why:
     return RenderedPrompt(
         text="".join(parts), source=FALLBACK_SOURCE, note=f"{why}; using the ChatML format."
     )
+
+
+@functools.lru_cache(maxsize=8)
+def control_text_pattern(texts: frozenset[str]) -> re.Pattern[str] | None:
+    """A regex that finds any of `texts`, the longest one where several start at the same place.
+
+    Built as a trie: vocabularies have hundreds to thousands of control tokens (reserved and unused
+    slots), and a plain alternation would try every one of them at every `<` of a long prompt.
+    """
+    words = sorted(t for t in texts if t)
+    if not words:
+        return None
+    try:
+        return re.compile(_trie_pattern(words))
+    except RecursionError:
+        # Only a hostile vocabulary nests this deep ("<", "<<", "<<<", ...); slower, same matches.
+        return re.compile("|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
+
+
+def _trie_pattern(words: Sequence[str]) -> str:
+    root: dict[str, Any] = {}
+    for word in words:
+        node = root
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        chain = ""
+        # A run of single children is one literal, not a nested group per character.
+        while len(node) == 1 and "" not in node:
+            ((char, node),) = node.items()
+            chain += re.escape(char)
+        branches = [re.escape(char) + emit(child) for char, child in sorted(node.items()) if char]
+        if not branches:
+            return chain
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        # Greedy: a longer control token wins over one that is its prefix.
+        return chain + (f"(?:{body})?" if "" in node else body)
+
+    return emit(root)
+
+
+def _mask_messages(
+    messages: Sequence[ChatMessage], pattern: re.Pattern[str], markup: Sequence[str]
+) -> tuple[list[ChatMessage], dict[str, str]]:
+    """Messages with every control-token text swapped for a stand-in character, and the stand-ins used."""
+    taken = {char for text in markup for char in text}
+    for message in messages:
+        taken.update(message.content)
+    free = (
+        char for low, high in _STAND_IN_RANGES for char in map(chr, range(low, high + 1)) if char not in taken
+    )
+    stand_ins: dict[str, str] = {}
+
+    def stand_in(match: re.Match[str]) -> str:
+        text = match.group()
+        char = stand_ins.get(text)
+        if char is None:
+            char = next(free, None)
+            if char is None:
+                # Only text that already holds nearly every private-use character gets here.
+                raise ValueError("the messages use every private-use character; cannot mark control tokens")
+            stand_ins[text] = char
+        return char
+
+    masked = [ChatMessage(m.role, pattern.sub(stand_in, m.content)) for m in messages]
+    return masked, stand_ins
+
+
+def _unmask(rendered: RenderedPrompt, stand_ins: Mapping[str, str]) -> RenderedPrompt:
+    """Puts the original text back where the template placed each stand-in, and records where that is."""
+    originals = {char: text for text, char in stand_ins.items()}
+    finder = re.compile("[" + "".join(re.escape(char) for char in originals) + "]")
+    parts: list[str] = []
+    spans: list[tuple[int, int]] = []
+    position = length = 0
+    for match in finder.finditer(rendered.text):
+        before = rendered.text[position : match.start()]
+        original = originals[match.group()]
+        parts += [before, original]
+        length += len(before)
+        spans.append((length, length + len(original)))
+        length += len(original)
+        position = match.end()
+    parts.append(rendered.text[position:])
+    return dataclasses.replace(rendered, text="".join(parts), literal_spans=tuple(spans))
 
 
 def _describe(exc: Exception) -> str:

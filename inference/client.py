@@ -150,14 +150,18 @@ class RunnerClient:
         self._replied = False
         log.info("runner started (pid %s, CPU kernels %s: %s)", process.pid, kernels.variant, kernels.reason)
 
-    def _switch_to_safer_kernels(self) -> bool:
+    def _switch_to_safer_kernels(self, *, decoding: bool) -> bool:
         """After the runner died of a CPU fault: choose the next safer CPU variant, remember it for this
-        machine, and say so. False when the death was not a CPU fault or nothing safer is left."""
+        machine, and say so. False when the death was not a CPU fault or nothing safer is left.
+
+        `decoding`: it died while answering a request, not while loading a model (where a segfault is the
+        file's doing).
+        """
         fault, kernels = self._exit_signal, self.kernels
         if fault is None or kernels.variant == BUILT_IN:
             return False
         cpu_fault = fault == _CPU_FAULT or (
-            fault in _EARLY_CPU_FAULTS and not self._replied and kernels.reason == BEST_REASON
+            fault in _EARLY_CPU_FAULTS and decoding and not self._replied and kernels.reason == BEST_REASON
         )
         safer = safer_than(kernels.variant) if cpu_fault else None
         if safer is None:
@@ -219,19 +223,34 @@ class RunnerClient:
             try:
                 return self._load(plan)
             except RunnerError as exc:
-                if exc.kind is not ErrorKind.RUNNER_CRASHED or not self._switch_to_safer_kernels():
+                if exc.kind is not ErrorKind.RUNNER_CRASHED or not self._switch_to_safer_kernels(
+                    decoding=False
+                ):
                     raise
-            return self._load(plan)
+            try:
+                return self._load(plan)
+            except RunnerError as exc:
+                if exc.kind is ErrorKind.RUNNER_CRASHED:
+                    again = f"{exc.message} (again, on the safer {self.kernels.variant} CPU kernels)"
+                    raise RunnerError(exc.kind, again) from exc
+                raise
+
+    def _send(self, message: object) -> None:
+        """A runner that died since the last message has closed its end of the pipe: that is a crash too."""
+        assert self._conn is not None
+        try:
+            self._conn.send(message)
+        except (BrokenPipeError, ConnectionResetError, EOFError) as exc:
+            raise RunnerError(ErrorKind.RUNNER_CRASHED, self._reap()) from exc
 
     def _load(self, plan: LoadPlan) -> Loaded:
         if not self.alive:
             if self._process is not None:
                 self._reap()
             self._start()
-        assert self._conn is not None
         self._plan = plan
         self._loaded = None
-        self._conn.send(LoadRequest(plan))
+        self._send(LoadRequest(plan))
         reply = self._receive(LOAD_TIMEOUT_S)
         if isinstance(reply, Failed):
             raise RunnerError(reply.kind, reply.message)
@@ -260,7 +279,7 @@ class RunnerClient:
                 message = failed.error.message
                 if retried:
                     message += f" (again, on the safer {self.kernels.variant} CPU kernels)"
-                elif self._switch_to_safer_kernels():
+                elif self._switch_to_safer_kernels(decoding=True):
                     if not failed.streamed:
                         retried = True
                         plan = self._plan
@@ -281,8 +300,10 @@ class RunnerClient:
     ) -> Generator[PromptReady | TokenDelta | Finished | Failed, None, _Interrupted | None]:
         """One attempt: yields events, returns None when the reply ended (Finished or Failed) or what cut it
         off when the runner died or stopped answering."""
-        assert self._conn is not None
-        self._conn.send(request)
+        try:
+            self._send(request)
+        except RunnerError as exc:
+            return _Interrupted(exc, False, False)
         prompt_ready = streamed = False
         while True:
             try:
@@ -322,7 +343,7 @@ class RunnerClient:
                 raise RunnerError(ErrorKind.NOT_LOADED, "No model is loaded.")
             assert self._conn is not None
             request = CountTokensRequest(uuid.uuid4().hex, messages)
-            self._conn.send(request)
+            self._send(request)
             try:
                 reply = self._receive(self._prompt_timeout_s)
             except RunnerError as exc:

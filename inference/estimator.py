@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from inference.gguf import GGML_TYPES, ArraySummary, GGUFHeader
+from inference.gguf import GGML_TYPES, ArraySummary, GGUFHeader, check_hyperparameters
 from inference.hardware import GpuInfo, HardwareReport
 from inference.tensor_overrides import EXPERT_TENSOR_PATTERN
 
@@ -272,6 +272,8 @@ class Recommendation:
 
 
 def profile_model(header: GGUFHeader) -> ModelProfile:
+    # parse_header has checked these already; a header built by hand must not size the lists below either.
+    check_hyperparameters(header.metadata)
     arch = header.architecture or "unknown"
     n_layers = header.block_count or 0
     notes: list[str] = []

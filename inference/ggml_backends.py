@@ -152,7 +152,7 @@ def load_backends(variant: str | None = None, reason: str = "") -> CpuKernels:
             raise RuntimeError("llama-cpp-python is not installed")
         import llama_cpp  # noqa: F401  # loads libllama, and with it libggml and libggml-base
 
-        ggml = ctypes.CDLL(str(_library(lib_dir, "ggml")))
+        ggml = _registry_library(lib_dir)
         ggml.ggml_backend_load.restype = ctypes.c_void_p
         ggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
         ggml.ggml_backend_reg_by_name.restype = ctypes.c_void_p
@@ -190,6 +190,19 @@ def _load_cpu_variant(ggml: ctypes.CDLL, lib_dir: Path, wanted: str | None, reas
     if not ggml.ggml_backend_load(str(chosen.path).encode()):
         raise RuntimeError(f"ggml could not load its CPU backend {chosen.path.name}")
     return CpuKernels(chosen.name, why)
+
+
+def _registry_library(lib_dir: Path) -> ctypes.CDLL:
+    """The libggml whose backend registry llama.cpp reads.
+
+    A wheel cannot hold symlinks, so it carries `libggml.so` and `libggml.so.0` as two files: opening the
+    first would load a second copy of ggml, with an empty registry of its own, beside the one libllama
+    links. On POSIX a symbol looked up through libllama's handle comes from the libraries libllama links;
+    Windows DLLs have one name each.
+    """
+    if sys.platform == "win32":
+        return ctypes.CDLL(str(_library(lib_dir, "ggml")))
+    return ctypes.CDLL(str(_library(lib_dir, "llama")))
 
 
 def _library(lib_dir: Path, name: str) -> Path:

@@ -182,6 +182,44 @@ MAX_KEY_BYTES: Final = 65535
 MAX_KV_COUNT: Final = 1 << 16
 MAX_TENSOR_COUNT: Final = 1 << 17
 MAX_ARRAY_DEPTH: Final = 4
+# Every array element costs a Python loop step for strings and nested arrays, so a length is bounded
+# beyond what the bytes allow: the largest real vocabularies have ~262k tokens (Gemma 3) and ~500k merges.
+MAX_ARRAY_LENGTH: Final = 1 << 24
+
+# Hyperparameters size Python lists and loops in inference.estimator (one entry per layer, several passes
+# per placement tried) and land in SQLite integer columns, so each is bounded far above any real model but
+# far below what a uint32/uint64 can claim. llama.cpp itself refuses more than 512 layers or 512 experts
+# (LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS in llama-hparams.h); the largest real models have ~160 layers,
+# 128 attention heads, head dims of 576 (MLA), 256-512 experts, 16k-18k embeddings, FFNs of ~74k,
+# vocabularies of ~262k and contexts of 10M tokens (Llama 4 Scout).
+MAX_BLOCK_COUNT: Final = 1024
+MAX_EXPERT_COUNT: Final = 4096
+MAX_HEAD_COUNT: Final = 1 << 14
+MAX_HEAD_DIM: Final = 1 << 16
+MAX_EMBEDDING_LENGTH: Final = 1 << 20
+MAX_FEED_FORWARD_LENGTH: Final = 1 << 22
+MAX_VOCAB_SIZE: Final = 1 << 24
+MAX_CONTEXT_LENGTH: Final = 1 << 27
+# Per-architecture keys (`{arch}.{suffix}`) and their bounds; a per-layer key may be an array of them.
+HYPERPARAMETER_LIMITS: Final[Mapping[str, int]] = {
+    "block_count": MAX_BLOCK_COUNT,
+    "leading_dense_block_count": MAX_BLOCK_COUNT,
+    "context_length": MAX_CONTEXT_LENGTH,
+    "attention.sliding_window": MAX_CONTEXT_LENGTH,
+    "embedding_length": MAX_EMBEDDING_LENGTH,
+    "feed_forward_length": MAX_FEED_FORWARD_LENGTH,
+    "expert_feed_forward_length": MAX_FEED_FORWARD_LENGTH,
+    "vocab_size": MAX_VOCAB_SIZE,
+    "attention.head_count": MAX_HEAD_COUNT,
+    "attention.head_count_kv": MAX_HEAD_COUNT,
+    "attention.key_length": MAX_HEAD_DIM,
+    "attention.value_length": MAX_HEAD_DIM,
+    "attention.key_length_mla": MAX_HEAD_DIM,
+    "attention.value_length_mla": MAX_HEAD_DIM,
+    "expert_count": MAX_EXPERT_COUNT,
+    "expert_used_count": MAX_EXPERT_COUNT,
+    "expert_shared_count": MAX_EXPERT_COUNT,
+}
 # Keys are always kept, so they get their own bound; real models use a few kilobytes.
 _MAX_TOTAL_KEY_BYTES: Final = 16 << 20
 _MAX_INT64: Final = (1 << 63) - 1
@@ -374,6 +412,7 @@ def parse_header(source: ByteSource, *, max_header_bytes: int = 512 * 1024 * 102
         if key == "general.alignment":
             alignment = _check_alignment(value_type, value)
         metadata[key] = value
+    check_hyperparameters(metadata)
 
     tensors = tuple(_read_tensor_info(reader, index) for index in range(n_tensors))
     _check_unique_names(tensors)
@@ -565,6 +604,8 @@ def _read_array(reader: _Reader, budget: _Budget, *, depth: int, retain: bool) -
             f"array claims {_count(length)} elements of at least {min_bytes} bytes but only "
             f"{reader.remaining()} bytes remain ({reader.describe_limit()})"
         )
+    if length > MAX_ARRAY_LENGTH:
+        raise GGUFError(f"array claims {_count(length)} elements; at most {MAX_ARRAY_LENGTH:,} are accepted")
     # `retain` is False inside an array that is itself being summarized: validate, keep nothing.
     keep = retain and length <= MAX_KEPT_ARRAY_LENGTH and budget.take(length * _ELEMENT_COST)
     scalar = _SCALARS.get(element_type)
@@ -599,6 +640,31 @@ def _read_string_array(
             keep = False
             reader.skip(n)
     return items if keep else ArraySummary(int(GGUFValueType.STRING), length)
+
+
+def check_hyperparameters(metadata: Mapping[str, object]) -> None:
+    """Refuses a layer, head, expert, context or vocabulary count no real model has (HYPERPARAMETER_LIMITS),
+    before anything sizes a list or a loop by it. Values of other types are left to the readers, which ignore
+    them."""
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str):
+        return
+    for suffix, limit in HYPERPARAMETER_LIMITS.items():
+        key = f"{arch}.{suffix}"
+        value = metadata.get(key)
+        if isinstance(value, ArraySummary):
+            if value.length > MAX_BLOCK_COUNT:
+                raise GGUFError(
+                    f"{_show(key)} lists {_count(value.length)} layers; "
+                    f"at most {MAX_BLOCK_COUNT} are accepted"
+                )
+            continue
+        for item in value if isinstance(value, list) else (value,):
+            if isinstance(item, int) and not isinstance(item, bool) and not 0 <= item <= limit:
+                raise GGUFError(
+                    f"{_show(key)} is {_count(item)}; Hearth accepts 0 to {limit:,} "
+                    "(far more than any real model has)"
+                )
 
 
 def _check_alignment(value_type: int, value: object) -> int:

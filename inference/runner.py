@@ -7,10 +7,12 @@ in a child process. The parent sees a dead pipe and turns it into an error messa
 from __future__ import annotations
 
 import codecs
+import faulthandler
 import logging
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from inference.chat_template import RenderedPrompt, render_chat
+from inference.chat_template import RenderedPrompt, control_text_pattern, render_chat
 from inference.estimator import KV_CACHE_TYPES
 from inference.ggml_backends import CpuKernels, load_backends
 from inference.gguf import GGUFError, read_header
@@ -440,11 +442,116 @@ def _sampler_chain(sampling: SamplingParams, seed: int, n_vocab: int) -> Any:
 
 def _prompt_tokens(model: _Model, messages: tuple[ChatMessage, ...]) -> tuple[RenderedPrompt, list[int]]:
     """The prompt exactly as generation would see it: counting and generating must agree to the token."""
-    rendered = render_chat(model.template, messages, bos_token=model.bos_text, eos_token=model.eos_text)
+    control = _control_tokens(model)
+    rendered = render_chat(
+        model.template,
+        messages,
+        bos_token=model.bos_text,
+        eos_token=model.eos_text,
+        control_texts=control.texts,
+    )
     prompt = rendered.text
     add_bos = model.add_bos and not (model.bos_text and prompt.startswith(model.bos_text))
-    # special=True: the rendered template contains the model's control tokens as text.
-    return rendered, model.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+    bos_id = model.llm.token_bos()
+    tokens = [bos_id] if add_bos and bos_id >= 0 else []
+    return rendered, tokens + _tokenize_prompt(model, control, rendered)
+
+
+@dataclass(frozen=True)
+class _ControlTokens:
+    """The tokens that llama.cpp's `parse_special` adds to what it recognises in text: CONTROL and UNKNOWN.
+
+    (USER_DEFINED tokens are recognised in plain text too, so message text can spell those, as in HF.)
+    """
+
+    ids: dict[str, int]  # text -> the lowest id with that text
+    texts: frozenset[str]
+    lstrip: frozenset[str]  # texts whose token swallows the whitespace before it (llama.cpp's LSTRIP)
+    rstrip: frozenset[str]  # ... and after it (RSTRIP)
+
+
+# Keyed by the Llama object, so a model loaded later never sees another model's tokens.
+_control_cache: weakref.WeakKeyDictionary[Any, _ControlTokens] = weakref.WeakKeyDictionary()
+_ASCII_SPACE = " \t\n\v\f\r"  # C's isspace(), which llama.cpp's LSTRIP and RSTRIP use
+
+
+def _control_tokens(model: _Model) -> _ControlTokens:
+    cached = _control_cache.get(model.llm)
+    if cached is not None:
+        return cached
+    import llama_cpp
+
+    vocab = model.vocab
+    special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+    ids: dict[str, int] = {}
+    lstrip: set[str] = set()
+    rstrip: set[str] = set()
+    for token in range(llama_cpp.llama_vocab_n_tokens(vocab)):
+        attr = llama_cpp.llama_vocab_get_attr(vocab, token)
+        if not attr & special:
+            continue
+        try:
+            text = llama_cpp.llama_vocab_get_text(vocab, token).decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # cannot occur in text that is valid UTF-8, which every prompt is
+        if not text or text in ids:
+            continue
+        ids[text] = token
+        if attr & llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP:
+            lstrip.add(text)
+        if attr & llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP:
+            rstrip.add(text)
+    control = _ControlTokens(ids, frozenset(ids), frozenset(lstrip), frozenset(rstrip))
+    _control_cache[model.llm] = control
+    return control
+
+
+def _tokenize_prompt(model: _Model, control: _ControlTokens, rendered: RenderedPrompt) -> list[int]:
+    """What `tokenize(text, special=True)` does, except that message text never becomes a control token.
+
+    llama.cpp splits the text at control-token texts and tokenizes each stretch between them on its own
+    (tokenizer_st_partition); this does the same split, but only in the template's own text, and hands
+    each stretch (message text included) to llama.cpp with special=False. A message without control-token
+    text therefore gets exactly the tokens it got before, and the KV-cache prefix still matches.
+    """
+    llm = model.llm
+    pattern = control_text_pattern(control.texts)
+    tokens: list[int] = []
+    stretch: list[str] = []
+    strip_leading = False
+
+    def add_text(text: str) -> None:
+        nonlocal strip_leading
+        if strip_leading:
+            text = text.lstrip(_ASCII_SPACE)
+            strip_leading = not text
+        stretch.append(text)
+
+    def add_token(text: str) -> None:
+        nonlocal strip_leading
+        plain = "".join(stretch)
+        if text in control.lstrip:
+            plain = plain.rstrip(_ASCII_SPACE)
+        stretch.clear()
+        if plain:
+            tokens.extend(llm.tokenize(plain.encode("utf-8"), add_bos=False, special=False))
+        tokens.append(control.ids[text])
+        strip_leading = text in control.rstrip
+
+    for piece, literal in rendered.pieces():
+        if literal or pattern is None:
+            add_text(piece)
+            continue
+        position = 0
+        for match in pattern.finditer(piece):
+            add_text(piece[position : match.start()])
+            add_token(match.group())
+            position = match.end()
+        add_text(piece[position:])
+    rest = "".join(stretch)
+    if rest:
+        tokens.extend(llm.tokenize(rest.encode("utf-8"), add_bos=False, special=False))
+    return tokens
 
 
 def _cap_address_space() -> None:
@@ -483,6 +590,24 @@ def _redirect_native_stderr(log_path: str | None) -> None:
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
 
 
+def _record_native_crashes(log_path: str | None) -> None:
+    """A native crash (a segfault in llama.cpp, a bad CPU kernel, an abort) leaves the Python stack of every
+    thread next to the runner log, in runner-crash.log.
+
+    inference cannot use app.logging_setup's handlers, and needs only this part of them: uncaught Python
+    exceptions already reach fd 2, the runner log. The stacks go to a file of their own because the client
+    quotes the runner log's last error line to the user, and that must stay llama.cpp's reason
+    ("GGML_ASSERT ... failed"), not faulthandler's "Fatal Python error: Aborted" written after it.
+    """
+    if not log_path:
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+        return
+    crash_path = Path(log_path).with_name(f"{Path(log_path).stem}-crash.log")
+    # Never closed: faulthandler writes to this descriptor at crash time, whenever that comes.
+    fd = os.open(crash_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    faulthandler.enable(file=fd, all_threads=True)
+
+
 def runner_main(
     conn: Connection,
     cancel: CancelFlag,
@@ -492,6 +617,7 @@ def runner_main(
 ) -> None:
     """`cpu_variant` names the ggml CPU variant to run on (inference.ggml_backends), None for the best."""
     _redirect_native_stderr(log_path)
+    _record_native_crashes(log_path)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s runner %(message)s")
     kernels = None
     try:
