@@ -403,14 +403,23 @@ def _reuse_prefix(model: _Model, tokens: list[int]) -> int:
 
 
 def _decode(model: _Model, tokens: list[int]) -> None:
-    """Prompt processing in batches of n_batch; positions continue from what the cache holds."""
+    """Prompt processing in batches of n_batch; positions continue from what the cache holds.
+
+    The last token is decoded on its own: the first reply token is sampled from its logits, and ggml's
+    batched kernels round differently from its single-token ones (by up to 0.6 in a logit with AVX2, from
+    32 tokens on). Alone, it gives the same logits whether the cache held all the prompt but that token or
+    none of it: the same seed gives the same reply.
+    """
     import llama_cpp
 
     # llama.cpp caps the batch at the context length it was asked for (before rounding the context up to
     # 256), and aborts the whole process on a larger batch: a 128-token setting with a 200-token prompt.
     step = min(model.plan.n_batch, llama_cpp.llama_n_batch(model.llm.ctx))
-    for start in range(0, len(tokens), step):
-        chunk = tokens[start : start + step]
+    body = tokens[:-1]
+    chunks = [body[start : start + step] for start in range(0, len(body), step)] + [tokens[-1:]]
+    for chunk in chunks:
+        if not chunk:
+            continue
         array = (llama_cpp.llama_token * len(chunk))(*chunk)
         status = llama_cpp.llama_decode(model.llm.ctx, llama_cpp.llama_batch_get_one(array, len(chunk)))
         if status != 0:
