@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.cli import main as cli_main
 
     _ensure_std_streams()
-    return cli_main(argv, gui=_run_gui)
+    return cli_main(argv, gui=_run_gui, crash_handlers=True)
 
 
 def gui_main() -> int:

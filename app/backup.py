@@ -18,6 +18,7 @@ from filelock import FileLock, Timeout
 
 from app.db import BUSY_TIMEOUT_MS, backup_name, copy_verified, known_revisions
 from app.errors import HearthError
+from app.fsutil import make_private_dir, tighten
 from app.paths import HearthPaths
 
 log = logging.getLogger("hearth.backup")
@@ -55,7 +56,8 @@ def create_backup(paths: HearthPaths, destination: Path | None = None) -> Path:
         target = destination
     if target.exists():
         raise HearthError(f"{target} already exists; choose a new file name.")
-    _copy_or_raise(source, target, what="The backup")
+    # Only Hearth's own backups folder is made owner-only; a folder the user chose is theirs to set.
+    _copy_or_raise(source, target, what="The backup", private_dir=destination is None)
     log.info("backed up %s to %s", source, target)
     return target
 
@@ -126,13 +128,13 @@ def restore_backup(paths: HearthPaths, backup: Path, *, lock_held: bool = False)
 
 def _restore(paths: HearthPaths, backup: Path) -> RestoreResult:
     target = paths.db_path
-    paths.backups_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(paths.backups_dir)
     previous: Path | None = None
     damaged = False
     if target.exists():
         if _check_in_place(target) == "ok":
             previous = paths.backups_dir / backup_name("pre-restore")
-            _copy_or_raise(target, previous, what="The backup of the current database")
+            _copy_or_raise(target, previous, what="The backup of the current database", private_dir=True)
             _checkpoint_and_close(target)
         else:
             damaged = True
@@ -140,7 +142,7 @@ def _restore(paths: HearthPaths, backup: Path) -> RestoreResult:
             _move_aside(target, previous)
     staged = target.with_name(f"{target.name}.restoring")
     staged.unlink(missing_ok=True)
-    _copy_or_raise(backup, staged, what="The copy of the backup")
+    _copy_or_raise(backup, staged, what="The copy of the backup", private_dir=True)
     staged.replace(target)
     log.warning("restored %s from %s (the previous database is at %s)", target, backup, previous)
     return RestoreResult(backup, previous, damaged)
@@ -162,9 +164,12 @@ def _check_in_place(path: Path) -> str:
         return str(exc)
 
 
-def _copy_or_raise(source: Path, destination: Path, *, what: str) -> None:
+def _copy_or_raise(source: Path, destination: Path, *, what: str, private_dir: bool = False) -> None:
     try:
-        destination.parent.mkdir(parents=True, exist_ok=True)
+        if private_dir:
+            make_private_dir(destination.parent)
+        else:
+            destination.parent.mkdir(parents=True, exist_ok=True)
         verdict = copy_verified(source, destination)
     except (OSError, sqlite3.Error) as exc:
         destination.unlink(missing_ok=True)
@@ -197,4 +202,7 @@ def _move_aside(path: Path, destination: Path) -> None:
     for suffix in ("", *_SIDE_FILES):
         side = Path(f"{path}{suffix}")
         if side.exists():
-            shutil.move(side, Path(f"{destination}{suffix}"))
+            moved = Path(f"{destination}{suffix}")
+            shutil.move(side, moved)
+            # A damaged database from an older Hearth may be readable to others; in backups it must not be.
+            tighten(moved)

@@ -28,6 +28,7 @@ from app.core import Core
 from app.engine import ChatEngine, TurnCallbacks
 from app.errors import HearthError
 from app.paths import HearthPaths, resolve_home
+from app.terminal_text import for_terminal, write_control
 
 if TYPE_CHECKING:
     # Imported where used: huggingface_hub adds a third of a second to every `hearth` start.
@@ -168,7 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     models_remove.add_argument("name", metavar="NAME")
 
     token = sub.add_parser(
-        "token", parents=[common], help="the Hugging Face token, kept in the system keyring"
+        "token",
+        parents=[common],
+        help="the Hugging Face token (sent to https://huggingface.co only), or with --endpoint URL a "
+        "mirror's own token; kept in the system keyring, never sent over plain http",
     )
     token_sub = token.add_subparsers(dest="token_command", metavar="ACTION", required=True)
     token_sub.add_parser("set", parents=[common], help="read a token from standard input and store it")
@@ -524,7 +528,8 @@ class _ProgressBar:
             f"{p.speed_bps / (1 << 20):6.1f} MiB/s  ETA {eta}{part}"
         )
         if self._tty:
-            self._err.write(f"\r{line}  ")
+            write_control(self._err, "\r")
+            self._err.write(f"{line}  ")
         elif int(percent // 10) != self._last_decile:
             self._last_decile = int(percent // 10)
             self._err.write(line + "\n")
@@ -689,30 +694,51 @@ def cmd_servers(paths: HearthPaths, args: argparse.Namespace, out: TextIO, err: 
 
 
 def cmd_token(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from app.token import HubToken
+    import os
 
-    token = HubToken()
+    from app.hub import PUBLIC_ENDPOINT, EndpointToken, is_public_hub
+
+    # Without --endpoint this is the Hugging Face token, whatever the hf_endpoint setting or HF_ENDPOINT say.
+    token = EndpointToken(getattr(args, "endpoint", None) or PUBLIC_ENDPOINT)
+    label = "Token" if token.public else f"Token for {token.origin}"
     action = args.token_command
     if action == "set":
+        refusal = token.refusal()
+        if refusal is not None:
+            # Said before the token is asked for, so nobody pastes one for nothing.
+            err.write(f"hearth: {refusal}\n")
+            return EXIT_USER_ERROR
         result = token.set(_read_token(err))
         if not result.persisted:
             err.write(f"hearth: the token was not saved: {result.reason}\n")
             return EXIT_USER_ERROR
-        out.write("Token saved in the system keyring.\n")
+        if token.public:
+            out.write("Token saved in the system keyring; it is sent to https://huggingface.co only.\n")
+            configured = os.environ.get("HF_ENDPOINT", "").strip()
+            if configured.startswith(("http://", "https://")) and not is_public_hub(configured):
+                err.write(
+                    f"note: HF_ENDPOINT is {configured}, which gets its own token: "
+                    f"`hearth token set --endpoint {configured}`.\n"
+                )
+        else:
+            out.write(f"{label} saved in the system keyring; it is sent to that origin only.\n")
         return EXIT_OK
     if action == "clear":
         result = token.clear()
         if not result.persisted:
             err.write(f"hearth: {result.reason}\n")
             return EXIT_USER_ERROR
-        out.write("Token removed.\n")
+        out.write(f"{label} removed.\n")
+        return EXIT_OK
+    if token.refusal() is not None:
+        out.write(f"{label}: none; Hearth never sends a token over plain http.\n")
         return EXIT_OK
     status = token.status()
     if status.present:
         where = "the system keyring" if status.persisted else "memory only"
-        out.write(f"Token: set (in {where}; keyring backend {status.backend})\n")
+        out.write(f"{label}: set (in {where}; keyring backend {status.backend})\n")
     else:
-        out.write(f"Token: not set (keyring backend {status.backend})\n")
+        out.write(f"{label}: not set (keyring backend {status.backend})\n")
     if status.reason:
         out.write(f"Keyring: {status.reason}\n")
     return EXIT_OK
@@ -1057,16 +1083,23 @@ def main(
     out: TextIO | None = None,
     err: TextIO | None = None,
     gui: Callable[[HearthPaths, bool], int] | None = None,
+    crash_handlers: bool = False,
 ) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
+    """`crash_handlers`: record uncaught exceptions and native crashes in logs/ (process-wide hooks, so only
+    for the process's own entry point, never for a caller such as a test that runs main in-process)."""
+    # Replies, conversations and Hub strings are not Hearth's text: on a terminal their control sequences
+    # would be obeyed (OSC 52 writes the clipboard). Pipes and files still get every character.
+    out = for_terminal(out or sys.stdout)
+    err = for_terminal(err or sys.stderr)
     parser = build_parser()
     args = parser.parse_args(argv)
     paths = resolve_home(getattr(args, "home", None))
-    from app.logging_setup import configure_logging
+    from app.logging_setup import configure_logging, install_crash_handlers
 
     paths.ensure()
     configure_logging(paths, verbose=getattr(args, "verbose", False))
+    if crash_handlers:
+        install_crash_handlers(paths)
     try:
         if args.command in (None, "gui"):
             if gui is None:

@@ -19,11 +19,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool, Pool, QueuePool
 
 from app.errors import DamagedDatabase, DatabaseError
+from app.fsutil import create_private_file, make_private_dir, tighten
 
 log = logging.getLogger("hearth.db")
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 BUSY_TIMEOUT_MS = 5000
+# Files SQLite keeps next to a database; it creates them with the database file's own mode.
+SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
 
 # Execution option read by the "begin" listener: which kind of BEGIN a connection's transactions use.
 _BEGIN_OPTION = "hearth_begin"
@@ -69,7 +72,7 @@ class Database:
         """
         path = Path(path).resolve()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dir(path.parent)
         except OSError as exc:
             raise DatabaseError(f"Cannot create the folder {path.parent}: {exc.strerror or exc}.") from exc
         with _user_readable_errors(path):
@@ -81,6 +84,7 @@ class Database:
                         f"it. Export what can still be read (`hearth conversations export --all`), or "
                         f"restore a backup from {backups_dir} (`hearth restore PATH`)."
                     )
+            _keep_private(path)
             _migrate(path, Path(backups_dir))
             return cls(path, _create_engine(path, foreign_keys=True, poolclass=QueuePool))
 
@@ -235,6 +239,20 @@ def _check_existing_file(path: Path) -> str:
         raise
 
 
+def _keep_private(path: Path) -> None:
+    """Create the database file owner-only before SQLite does (SQLite would use 0644, and its -wal and -shm
+    files copy the database's mode), and tighten one an older Hearth created readable to others."""
+    if not path.exists():
+        try:
+            create_private_file(path)
+        except OSError as exc:
+            raise DatabaseError(
+                f"Cannot create the conversation database {path}: {exc.strerror or exc}."
+            ) from exc
+    for suffix in ("", *SIDE_FILE_SUFFIXES):
+        tighten(Path(f"{path}{suffix}"))
+
+
 def _alembic_config() -> Config:
     config = Config()
     # Option values go through configparser interpolation, where "%" is special.
@@ -303,7 +321,9 @@ def backup_name(reason: str) -> str:
 
 def copy_verified(source: Path, destination: Path) -> str:
     """Copy a database with SQLite's online backup API (consistent even while it is being written, WAL
-    included) into a self-contained file, and return the copy's `integrity_check` verdict."""
+    included) into a self-contained file, owner-only like the database, and return the copy's
+    `integrity_check` verdict."""
+    create_private_file(destination)
     with (
         closing(sqlite3.connect(source, timeout=BUSY_TIMEOUT_MS / 1000)) as original,
         closing(sqlite3.connect(destination)) as copy,
@@ -326,7 +346,7 @@ def _backup(path: Path, backups_dir: Path, *, target: str) -> Path:
     """Copy the live database with SQLite's online backup API and verify the copy before trusting it."""
     destination = backups_dir / backup_name(f"pre-{target}")
     try:
-        backups_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(backups_dir)
         verdict = copy_verified(path, destination)
     except OSError as exc:
         destination.unlink(missing_ok=True)

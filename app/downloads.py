@@ -11,7 +11,9 @@ uses huggingface_hub only for metadata and its HTTP session:
 - SHA-256 is computed while downloading and compared with the Hub's LFS SHA-256 for the pinned commit
   (no second pass over the file); wrong bytes are deleted and never registered;
 - stalls (no byte for `stall_timeout_s`) and dropped connections are retried with backoff, resuming;
-- the finished file is fsynced and renamed into place atomically, then registered in the library.
+- the finished file is fsynced and renamed into place atomically; every part of a split model has its
+  header validated as soon as it is in place (llama.cpp opens parts 2..N itself, so each one is checked),
+  and only a model whose every part passed is registered in the library.
 """
 
 from __future__ import annotations
@@ -47,9 +49,15 @@ from app.hub import (
     RepoListing,
     check_repo_filename,
     check_repo_id,
-    status_error,
 )
-from app.library import CHUNK_BYTES, InstalledModel, ModelLibrary, ModelPart, check_model_name
+from app.library import (
+    CHUNK_BYTES,
+    InstalledModel,
+    ModelLibrary,
+    ModelPart,
+    check_model_name,
+    check_model_part,
+)
 
 log = logging.getLogger("hearth.downloads")
 
@@ -328,6 +336,14 @@ class Downloader:
         for index, (part, target) in enumerate(zip(parts, targets, strict=True), start=1):
             meter.next_part(done_before)
             self._fetch(listing, part, target, index, control, meter)
+            try:
+                # Before the next part is fetched: a hostile part 2 costs no download of parts 3..N.
+                check_model_part(target, index, len(parts))
+            except InvalidModelFile as exc:
+                self._delete(targets)
+                raise InvalidModelFile(
+                    f"{listing.repo_id}: {exc} Its download was deleted and nothing was installed."
+                ) from exc
             done_before += part.size
         meter.update(parts[-1].filename, len(parts), parts[-1].size, force=True)
 
@@ -640,7 +656,7 @@ class _Transfer:
             elif status == 206:
                 self._check_range(response.headers.get("content-range"))
             elif status != 200:
-                raise status_error(
+                raise self._hub.refused(
                     status, response.headers, self._what, self._hub.model_page(self._listing.repo_id)
                 )
             encoding = response.headers.get("content-encoding", "identity").lower()

@@ -1,18 +1,27 @@
 """The Hugging Face Hub (or a mirror): search, repo listings pinned to a commit, remote GGUF headers.
 
-Everything goes through `huggingface_hub` (`HfApi` for the API, its shared HTTP session for file bytes), at
-one endpoint: `--endpoint`, else the `hf_endpoint` setting, else `HF_ENDPOINT`, else the public Hub. The
-token is passed explicitly and sent only to that endpoint's origin, never to a host it redirects to.
-Names from a listing are untrusted: each is checked here before anything turns it into a path.
+Every request goes through `huggingface_hub`'s shared HTTP session, at one endpoint: `--endpoint`, else the
+`hf_endpoint` setting, else `HF_ENDPOINT`, else the public Hub. Redirects are followed here, by hand.
+
+Tokens: the Hugging Face token goes to https://huggingface.co and nowhere else. A mirror (any other https
+endpoint, however it was configured) gets the token saved for its own origin (`hearth token set --endpoint
+URL`), and nothing is ever sent over plain http. A token goes only to the endpoint's origin, never to a host
+a redirect names.
+
+Everything the Hub sends is untrusted: API answers are decompressed here, with a cap on their size, and
+names from a listing are checked before anything turns them into a path.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import platform
 import re
+import threading
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -24,17 +33,26 @@ from typing import Any, Final
 from urllib.parse import quote, urljoin, urlsplit
 
 import httpx2
-from huggingface_hub import HfApi, ModelInfo, __version__, constants, get_session, hf_raise_for_status
-from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+from huggingface_hub import ModelInfo, __version__, constants, get_session
+from huggingface_hub.errors import OfflineModeIsEnabled
 
 from app.errors import HearthError, InvalidModelFile
-from app.library import InstalledModel
+from app.library import InstalledModel, split_part_problem, split_set_problem
+from app.secrets import SecretResult, SecretStatus, SecretStore
+from app.token import TOKEN_NAME, check_token_text
 from inference.gguf import GGUFError, GGUFHeader, parse_header
 
 log = logging.getLogger("hearth.hub")
 
+# The only origin the Hugging Face token is sent to. Read at call time (tests stand a local TLS server in
+# for it); nothing else may hold a copy.
 PUBLIC_ENDPOINT: Final = "https://huggingface.co"
+# A mirror's own token is stored under this prefix and its origin: "hf_token:https://mirror.example".
+MIRROR_TOKEN_PREFIX: Final = "hf_token:"
 DEFAULT_TIMEOUT_S: Final = 30.0
+# A search page or a repo listing with every file's metadata is a few hundred KiB even for the largest GGUF
+# repos; the cap is on the decompressed size, since 200 KiB of gzip can inflate to gigabytes.
+MAX_API_REPLY_BYTES: Final = 16 << 20
 # A GGUF header is metadata plus the tensor table: a few MiB even with a 256k-token vocabulary.
 MAX_REMOTE_HEADER_BYTES: Final = 64 << 20
 MAX_REDIRECTS: Final = 10
@@ -150,6 +168,10 @@ def resolve_endpoint(configured: str | None = None) -> str:
     """`configured` (the --endpoint option or the hf_endpoint setting), else HF_ENDPOINT, else the Hub."""
     raw = (configured or os.environ.get("HF_ENDPOINT") or PUBLIC_ENDPOINT).strip()
     parts = urlsplit(raw)
+    try:
+        _ = parts.port  # raises for a port that is not a number from 0 to 65535
+    except ValueError:
+        raise HearthError(f"The Hub endpoint {raw!r} has an invalid port.") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise HearthError(f"The Hub endpoint {raw!r} is not an http(s) URL.")
     # Credentials in the URL would end up in logs and error messages; the token goes in the keyring.
@@ -160,6 +182,60 @@ def resolve_endpoint(configured: str | None = None) -> str:
     if parts.query or parts.fragment:
         raise HearthError(f"The Hub endpoint {raw!r} must not have a query or fragment.")
     return raw.rstrip("/")
+
+
+def endpoint_origin(endpoint: str) -> str:
+    """`scheme://host[:port]`, lower-case, without a default port: what a token is stored for and sent to."""
+    scheme, host, port = _origin(endpoint)
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}" + ("" if port == (443 if scheme == "https" else 80) else f":{port}")
+
+
+def is_public_hub(endpoint: str) -> bool:
+    """Whether `endpoint` is on the Hugging Face Hub's own origin (https, huggingface.co, port 443)."""
+    return _origin(endpoint) == _origin(PUBLIC_ENDPOINT)
+
+
+class EndpointToken:
+    """The token saved for one endpoint: the Hugging Face token for the public Hub, the mirror's own (stored
+    by origin) for any other https endpoint, and none at all for plain http."""
+
+    def __init__(self, endpoint: str, secrets: SecretStore | None = None) -> None:
+        self.endpoint = resolve_endpoint(endpoint)
+        self.origin = endpoint_origin(self.endpoint)
+        self.public = is_public_hub(self.endpoint)
+        self.https = urlsplit(self.endpoint).scheme == "https"
+        self._secrets = secrets if secrets is not None else SecretStore()
+
+    @property
+    def name(self) -> str:
+        """The keyring entry."""
+        return TOKEN_NAME if self.public else f"{MIRROR_TOKEN_PREFIX}{self.origin}"
+
+    def refusal(self) -> str | None:
+        """Why no token may be stored for this endpoint, or None when one may."""
+        if self.https:
+            return None
+        return (
+            f"Hearth never sends a token over plain http, and {self.origin} is not https; "
+            f"use the mirror's https address."
+        )
+
+    def get(self) -> str | None:
+        # Not even asked for over http: a token read is a token that could be sent.
+        return self._secrets.get(self.name).value if self.https else None
+
+    def set(self, value: str) -> SecretResult:
+        refusal = self.refusal()
+        if refusal is not None:
+            raise HearthError(refusal)
+        return self._secrets.set(self.name, check_token_text(value))
+
+    def clear(self) -> SecretResult:
+        return self._secrets.delete(self.name)
+
+    def status(self) -> SecretStatus:
+        return self._secrets.status_of(self.name)
 
 
 def check_repo_id(repo_id: str) -> str:
@@ -287,12 +363,20 @@ def _disable_hf_telemetry() -> None:
     constants.HF_HUB_DISABLE_TELEMETRY = True
 
 
-def status_error(status: int, headers: Mapping[str, str], what: str, page_url: str) -> HubError:
-    """A user-readable error for an HTTP failure; `what` names the repo or file."""
+_PUBLIC_TOKEN_ADVICE: Final = (
+    "the Hugging Face token is missing or invalid. If the model is private or gated, set a valid token with "
+    "`hearth token set`."
+)
+
+
+def status_error(
+    status: int, headers: Mapping[str, str], what: str, page_url: str, *, token_advice: str | None = None
+) -> HubError:
+    """A user-readable error for an HTTP failure; `what` names the repo or file, `token_advice` says what
+    to do about a 401 at this endpoint (HubClient.refused gives the right one)."""
     if status == 401:
         return HubAuthError(
-            f"The Hub refused access to {what} (HTTP 401): the Hugging Face token is missing or invalid. "
-            f"If the model is private or gated, set a valid token with `hearth token set`."
+            f"The Hub refused access to {what} (HTTP 401): {token_advice or _PUBLIC_TOKEN_ADVICE}"
         )
     if status == 403:
         return HubGatedError(
@@ -321,22 +405,33 @@ class HubClient:
     """Thread-safe: the GUI may search on one worker while a download runs on another."""
 
     def __init__(
-        self, endpoint: str | None = None, token: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        endpoint: str | None = None,
+        token: str | None = None,
+        *,
+        secrets: SecretStore | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
+        """`token` is the Hugging Face token: it is sent to https://huggingface.co and nowhere else.
+
+        Any other https endpoint (a mirror, or whatever HF_ENDPOINT names) gets the token saved for its own
+        origin, read from `secrets` (the keyring) when first needed; a plain-http endpoint gets none.
+        huggingface_hub's own token (HF_TOKEN, its token file) is never used.
+        """
         _disable_hf_telemetry()
         self.endpoint = resolve_endpoint(endpoint)
         self._origin = _origin(self.endpoint)
-        self._token = token or None
+        self._credentials = EndpointToken(self.endpoint, secrets)
+        self._token_lock = threading.Lock()
+        self._token: str | None = None
+        self._token_read = not self._credentials.https
+        if self._credentials.public:
+            self._token, self._token_read = token or None, True
+        elif token:
+            why = "it is not https" if not self._credentials.https else "it is not the Hugging Face Hub"
+            log.info("the Hugging Face token is not sent to %s: %s", self._credentials.origin, why)
         self.timeout_s = timeout_s
-        # token=False: without a Hearth token, huggingface_hub must not fall back to HF_TOKEN or its token
-        # file, so what the Hub sees is what the user configured in Hearth.
-        self._api = HfApi(
-            endpoint=self.endpoint,
-            token=self._token or False,
-            library_name="hearth",
-            library_version=_hearth_version(),
-        )
-        # The same user agent HfApi sends for this library name.
+        # The user agent HfApi sends for this library name.
         self._plain_headers = {
             "user-agent": f"hearth/{_hearth_version()}; hf_hub/{__version__}; "
             f"python/{platform.python_version()}"
@@ -344,6 +439,33 @@ class HubClient:
 
     def __repr__(self) -> str:
         return f"HubClient(endpoint={self.endpoint!r}, token={'set' if self._token else 'none'})"
+
+    def refused(self, status: int, headers: Mapping[str, str], what: str, page_url: str) -> HubError:
+        """status_error with the advice about tokens that fits this endpoint."""
+        return status_error(status, headers, what, page_url, token_advice=self._token_advice())
+
+    def _token_advice(self) -> str:
+        origin = self._credentials.origin
+        if self._credentials.public:
+            return _PUBLIC_TOKEN_ADVICE
+        if not self._credentials.https:
+            return (
+                f"Hearth never sends a token over plain http, so {origin} got none. If the model is private "
+                f"or gated, use the mirror's https address."
+            )
+        return (
+            f"the token for {origin} is missing or invalid. If the model is private or gated, set that "
+            f"mirror's own token with `hearth token set --endpoint {origin}` (the Hugging Face token is sent "
+            f"to huggingface.co only)."
+        )
+
+    def _bearer(self) -> str | None:
+        """The token for this endpoint; a mirror's is read from the keyring (blocking) the first time."""
+        with self._token_lock:
+            if not self._token_read:
+                self._token = self._credentials.get()
+                self._token_read = True
+            return self._token
 
     def model_page(self, repo_id: str) -> str:
         return f"{self.endpoint}/{repo_id}"
@@ -369,16 +491,27 @@ class HubClient:
         }
         url: str | None = f"{self.endpoint}/api/models"
         items: list[dict[str, Any]] = []
-        with self._api_errors(f"the search for {query!r}", self.endpoint):
+        what = f"the search for {query!r}"
+        with self._api_errors(what, self.endpoint):
             while url is not None and len(items) < limit:
-                response = get_session().get(
-                    url, params=params, headers=self._headers_for(url), timeout=self.timeout_s
+                page, links = self._get_json(
+                    url,
+                    params,
+                    what,
+                    self.endpoint,
+                    subject=f"The Hub's answer to {what}",
+                    kind="a model list",
                 )
-                hf_raise_for_status(response)
-                page = _json_list(response, f"The Hub at {self.endpoint} answered the search")
-                items += [item for item in page if isinstance(item, dict) and isinstance(item.get("id"), str)]
-                # The next page's link carries the query; one to another origin is not followed.
-                url = response.links.get("next", {}).get("url")
+                if not isinstance(page, list):
+                    raise HubError(
+                        f"The Hub at {self.endpoint} answered the search with something that is not a list "
+                        f"of models."
+                    )
+                found = [item for item in page if isinstance(item, dict) and isinstance(item.get("id"), str)]
+                items += found
+                # The next page's link carries the query; one to another origin is not followed, and a
+                # page without a single model ends the search (else a hostile server could page forever).
+                url = links.get("next", {}).get("url") if found else None
                 url = url if url is not None and _origin(url) == self._origin else None
                 params = None
         # list_models's own parser of these items (dates, card data); its __init__ takes untyped **kwargs.
@@ -399,10 +532,25 @@ class HubClient:
         """The repo's GGUF models at `revision` (default: main), pinned to the commit it points to now."""
         check_repo_id(repo_id)
         revision = check_revision(revision or "main")
+        # The request HfApi.model_info(files_metadata=True) sends; its answer is read here, capped.
+        url = f"{self.endpoint}/api/models/{repo_id}/revision/{quote(revision, safe='')}"
+        subject = f"The Hub's listing of {repo_id}@{revision}"
         with self._api_errors(repo_id, self.model_page(repo_id)):
-            info = self._api.model_info(
-                repo_id, revision=revision, files_metadata=True, timeout=self.timeout_s
+            data, _ = self._get_json(
+                url,
+                {"blobs": "true"},
+                repo_id,
+                self.model_page(repo_id),
+                subject=subject,
+                kind="a repo listing",
             )
+        try:
+            # HfApi.model_info's own parser; its __init__ takes untyped **kwargs.
+            info = ModelInfo(**data) if isinstance(data, dict) else None  # type: ignore[no-untyped-call]
+        except (TypeError, ValueError, KeyError, AttributeError):
+            info = None
+        if info is None:
+            raise HubError(f"{subject} is not a repo listing.")
         commit = info.sha
         if not isinstance(commit, str) or not _COMMIT.fullmatch(commit):
             raise HubError(f"The Hub did not say which commit {repo_id}@{revision} is; cannot pin the files.")
@@ -438,8 +586,20 @@ class HubClient:
         tensors of all parts (what memory estimates need), with the total size as `file_size`.
         """
         headers = [self._read_part_header(listing, part) for part in model.parts]
+        # llama.cpp opens parts 2..N itself, trusting the first part's split keys: each part is checked.
+        for index, (part, header) in enumerate(zip(model.parts, headers, strict=True), start=1):
+            problem = split_part_problem(header, index, len(headers))
+            if problem is not None:
+                raise InvalidModelFile(
+                    f"{listing.repo_id}/{part.filename} is not a usable GGUF model: {problem}."
+                )
         if len(headers) == 1:
             return headers[0]
+        problem = split_set_problem(headers)
+        if problem is not None:
+            raise InvalidModelFile(
+                f"{listing.repo_id}/{model.filename} is not a usable split model: {problem}."
+            )
         return dataclasses.replace(
             headers[0],
             tensors=tuple(t for h in headers for t in h.tensors),
@@ -484,37 +644,80 @@ class HubClient:
         return UpdateCheck(branch, listing.commit, True, detail)
 
     def _headers_for(self, url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Request headers for `url`: the token only when `url` is on the endpoint's own origin."""
+        """Request headers for `url`: the token only when `url` is on the endpoint's own origin (which is
+        https whenever there is a token at all)."""
         headers = {**self._plain_headers, "accept-encoding": "identity", **(extra or {})}
-        if self._token is not None and _origin(url) == self._origin:
-            headers["authorization"] = f"Bearer {self._token}"
+        if _origin(url) == self._origin and (token := self._bearer()) is not None:
+            headers["authorization"] = f"Bearer {token}"
         return headers
+
+    def _get_json(
+        self,
+        url: str,
+        params: Mapping[str, Any] | None,
+        what: str,
+        page_url: str,
+        *,
+        subject: str,
+        kind: str,
+    ) -> tuple[Any, Mapping[str | None, Mapping[str, str]]]:
+        """An API answer, parsed (None when it is not JSON), and its Link header.
+
+        The body is read raw and decompressed here, with a cap: httpx would inflate all of it in memory.
+        An error status is raised without reading the body at all.
+        """
+        headers = {"accept": "application/json", "accept-encoding": "gzip"}
+        timeout = httpx2.Timeout(self.timeout_s)
+        with self._open(url, params=params, headers=headers, timeout=timeout) as response:
+            if response.status_code != 200:
+                raise self.refused(response.status_code, response.headers, what, page_url)
+            body = _read_capped(response, subject=subject, kind=kind)
+            links = response.links
+        try:
+            return json.loads(body), links
+        except ValueError:
+            return None, links
 
     @contextmanager
     def open_file(
         self, url: str, *, start: int | None = None, end: int | None = None, timeout: httpx2.Timeout
     ) -> Iterator[httpx2.Response]:
-        """GET `url` (bytes `start`..`end` inclusive when given) as a stream, following redirects here.
-
-        Redirects are followed by hand so the rule about the token is ours, not a library default: it
-        goes to the endpoint's origin only, never to the CDN or any other host a redirect names.
-        Raises HearthError for a redirect loop or an https → http downgrade; any status is returned.
-        """
+        """GET `url` (bytes `start`..`end` inclusive when given) as a stream; see `_open`."""
         extra: dict[str, str] = {}
         if start is not None:
             extra["range"] = f"bytes={start}-" if end is None else f"bytes={start}-{end}"
+        with self._open(url, headers=extra, timeout=timeout) as response:
+            yield response
+
+    @contextmanager
+    def _open(
+        self,
+        url: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: httpx2.Timeout,
+    ) -> Iterator[httpx2.Response]:
+        """GET `url` as a stream, following redirects here.
+
+        Redirects are followed by hand so the rule about the token is ours, not a library default: it
+        goes to the endpoint's origin only, never to the CDN or any other host a redirect names. (httpx
+        would also read each redirect's whole body first.) Raises HearthError for a redirect loop or an
+        https → http downgrade; any status is returned.
+        """
         session = get_session()
         for _ in range(MAX_REDIRECTS + 1):
             request = session.build_request(
-                "GET", url, headers=self._headers_for(url, extra), timeout=timeout
+                "GET", url, params=params, headers=self._headers_for(url, headers), timeout=timeout
             )
             try:
                 response = session.send(request, stream=True, follow_redirects=False)
             except OfflineModeIsEnabled as exc:
                 raise _offline_error() from exc
             if response.has_redirect_location:
-                target = urljoin(url, response.headers["location"])
+                target = urljoin(str(request.url), response.headers["location"])
                 response.close()
+                params = None  # the new address carries its own query
                 if urlsplit(target).scheme not in ("http", "https") or (
                     urlsplit(url).scheme == "https" and urlsplit(target).scheme != "https"
                 ):
@@ -551,9 +754,6 @@ class HubClient:
             yield
         except OfflineModeIsEnabled as exc:
             raise _offline_error() from exc
-        except HfHubHTTPError as exc:
-            response = exc.response
-            raise status_error(response.status_code, response.headers, what, page_url) from exc
         except httpx2.TransportError as exc:
             raise HubUnreachable(
                 f"Could not reach the Hub at {self.endpoint}: {_transport_reason(exc)}."
@@ -606,7 +806,7 @@ class HttpRangeSource:
                 if self.fetched + offset + n > self._max_fetch:
                     raise GGUFError("the server does not support range requests and the file is too large")
                 return self._take(r, offset + n)[offset:]
-            raise status_error(r.status_code, r.headers, self._what, self._page_url)
+            raise self._client.refused(r.status_code, r.headers, self._what, self._page_url)
 
     def _take(self, response: httpx2.Response, n: int) -> bytes:
         chunks: list[bytes] = []
@@ -653,14 +853,47 @@ def _transport_reason(exc: httpx2.TransportError) -> str:
     return "the connection was lost"
 
 
-def _json_list(response: httpx2.Response, what: str) -> list[Any]:
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    if not isinstance(data, list):
-        raise HubError(f"{what} with something that is not a list of models.")
-    return data
+def _read_capped(
+    response: httpx2.Response, *, subject: str, kind: str, limit: int = MAX_API_REPLY_BYTES
+) -> bytes:
+    """The body of an API answer, decompressed here in bounded steps: no more than `limit` bytes are
+    received or produced, whatever the server sends."""
+    too_large = (
+        f"{subject} was larger than {limit >> 20} MiB; that is not {kind}, so Hearth stopped reading it."
+    )
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    decoder: Any = None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        decoder = zlib.decompressobj(zlib.MAX_WBITS | 32)  # a gzip or zlib header, whichever it is
+    elif encoding not in ("", "identity"):
+        raise HubError(f"{subject} came {encoding}-encoded, which Hearth did not ask for.")
+    declared = response.headers.get("content-length", "").strip()
+    if declared.isdigit() and int(declared) > limit:
+        raise HubError(too_large)
+    body = bytearray()
+    received = 0
+    for chunk in response.iter_raw():
+        received += len(chunk)
+        if received > limit:
+            raise HubError(too_large)
+        if decoder is None:
+            body += chunk
+            continue
+        pending = chunk
+        while pending and not decoder.eof:
+            try:
+                # max_length bounds each step: one small chunk of a gzip bomb cannot inflate past the cap.
+                body += decoder.decompress(pending, limit + 1 - len(body))
+            except zlib.error as exc:
+                raise HubError(f"{subject} could not be decompressed ({exc}).") from exc
+            if len(body) > limit:
+                raise HubError(too_large)
+            pending = decoder.unconsumed_tail
+    if decoder is not None and not decoder.eof:
+        raise HubError(f"{subject} ended in the middle of its compressed data.")
+    if len(body) > limit:
+        raise HubError(too_large)
+    return bytes(body)
 
 
 def _offline_error() -> HearthError:

@@ -10,7 +10,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -41,6 +41,10 @@ MAX_NAME_CHARS = 200
 _NAME_PATTERN = re.compile(r"\w[\w .+()\[\]-]*")
 _WINDOWS_DEVICE_NAMES = frozenset(
     {"CON", "PRN", "AUX", "NUL"} | {f"{port}{n}" for port in ("COM", "LPT") for n in range(1, 10)}
+)
+# How llama.cpp names the parts of a split GGUF; given part 1, it opens the others by this name itself.
+SPLIT_NAME = re.compile(
+    r"^(?P<base>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<suffix>\.gguf)$", re.IGNORECASE
 )
 
 Progress = Callable[[int, int], None]
@@ -167,13 +171,106 @@ def check_model_name(name: str) -> str:
     return name
 
 
-def _valid_header(path: Path) -> GGUFHeader:
+def _int_value(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def split_part_problem(header: GGUFHeader, index: int, count: int) -> str | None:
+    """Why `header` cannot be part `index` (from 1) of a model in `count` files, as llama.cpp reads the
+    split keys (`split.count` in part 1 says how many files it opens, `split.no` counts from 0), or None."""
+    declared = header.metadata.get("split.count")
+    number = header.metadata.get("split.no")
+    if count == 1:
+        value = _int_value(declared)
+        if declared is None or (value is not None and value <= 1):
+            return None
+        return f"its header says it is one of {_shown(declared)} parts of a split model, but it came alone"
+    if declared is None:
+        return f"its header has no split.count, so it is not part {index} of {count} of a split model"
+    if _int_value(declared) != count:
+        return f"its header says the model has {_shown(declared)} parts, not {count}"
+    if _int_value(number) != index - 1:
+        return f"its header says it is part number {_shown(number)} (split.no, from 0), not {index - 1}"
+    return None
+
+
+def split_set_problem(headers: Sequence[GGUFHeader]) -> str | None:
+    """Why the parts of a split model do not make one model (as llama.cpp checks them), or None."""
+    seen: set[str] = set()
+    for index, header in enumerate(headers, start=1):
+        for tensor in header.tensors:
+            if tensor.name in seen:
+                return f"tensor {_shown(tensor.name)} appears again in part {index}"
+            seen.add(tensor.name)
+    expected = headers[0].metadata.get("split.tensors.count")
+    if expected is not None and _int_value(expected) != len(seen):
+        return f"part 1 says the model has {_shown(expected)} tensors, but its parts hold {len(seen)}"
+    return None
+
+
+def _valid_header(path: Path, index: int = 1, count: int = 1) -> GGUFHeader:
+    what = path.name if count == 1 else f"{path.name} (part {index} of {count})"
     try:
-        return read_header(path)
+        header = read_header(path)
     except GGUFError as exc:
-        raise InvalidModelFile(f"{path.name} is not a usable GGUF model: {exc}.") from exc
+        raise InvalidModelFile(f"{what} is not a usable GGUF model: {exc}.") from exc
     except OSError as exc:
         raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    problem = split_part_problem(header, index, count)
+    if problem is not None:
+        raise InvalidModelFile(f"{what} is not a usable GGUF model: {problem}.")
+    return header
+
+
+def check_model_part(path: Path, index: int, count: int) -> GGUFHeader:
+    """Validate one file of a model: its header, and its split keys as part `index` of `count`.
+
+    Raises InvalidModelFile for a file llama.cpp must not be given, HearthError when it cannot be read.
+    """
+    return _valid_header(Path(path), index, count)
+
+
+def check_model_files(paths: Sequence[Path]) -> list[GGUFHeader]:
+    """Validate every file of a model, in order (one, or every part of a split GGUF): llama.cpp opens parts
+    2..N itself, so each one is checked, and together they must make one model."""
+    headers = [_valid_header(Path(path), index, len(paths)) for index, path in enumerate(paths, start=1)]
+    if len(headers) > 1:
+        problem = split_set_problem(headers)
+        if problem is not None:
+            raise InvalidModelFile(f"{Path(paths[0]).name} and its other parts are not one model: {problem}.")
+    return headers
+
+
+def _split_sources(source: Path) -> list[Path]:
+    """The files to import for `source`: itself, or, for part 1 of a split GGUF, every part next to it."""
+    match = SPLIT_NAME.match(source.name)
+    if match is None:
+        return [source]
+    index, count = int(match.group("index")), int(match.group("count"))
+    if not 1 <= index <= count:
+        raise InvalidModelFile(f"{source.name} calls itself part {index} of {count}, which cannot be.")
+    if count == 1:
+        return [source]
+    base, suffix, digits = match.group("base"), match.group("suffix"), match.group("count")
+    if index != 1:
+        raise HearthError(
+            f"{source.name} is part {index} of a {count}-part model: import its first part, "
+            f"{base}-00001-of-{digits}{suffix}, with the other parts next to it."
+        )
+    paths = [source.with_name(f"{base}-{i:05d}-of-{digits}{suffix}") for i in range(1, count + 1)]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise HearthError(
+            f"{source.name} is part 1 of a {count}-part model, but {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not next to it in {source.parent}; put every part "
+            f"there and import again."
+        )
+    return paths
 
 
 def _copy_and_hash(source: Path, target: Path, progress: Progress | None) -> tuple[str, int]:
@@ -234,11 +331,15 @@ class ModelLibrary:
     ) -> InstalledModel:
         """Validate a GGUF file, copy it into the models folder and register it.
 
-        Returns the existing entry instead when a file with the same SHA-256 is already installed.
-        Raises InvalidModelFile for a file that is not a usable GGUF model (nothing is copied) and
-        HearthError for a name that is taken or a copy that fails (the partial copy is removed).
+        For part 1 of a split GGUF (`name-00001-of-00003.gguf`), every part next to it is validated,
+        copied and registered as one model. Returns the existing entry instead when the same file(s) are
+        already installed. Raises InvalidModelFile for a file that is not a usable GGUF model (nothing is
+        copied) and HearthError for a name that is taken or a copy that fails (partial copies are removed).
         """
         source = Path(path).expanduser().resolve()
+        sources = _split_sources(source)
+        if len(sources) > 1:
+            return self._import_split(sources, name, progress)
         header = _valid_header(source)
         name = check_model_name(source.stem if name is None else name)
 
@@ -267,6 +368,67 @@ class ModelLibrary:
             return self._insert(name, target, sha256, copied, f"import:{source}", header)
         except BaseException:
             target.unlink(missing_ok=True)
+            raise
+
+    def _import_split(
+        self, sources: list[Path], name: str | None, progress: Progress | None
+    ) -> InstalledModel:
+        # Every part is checked before a byte is copied, and the copies again before they are registered:
+        # they are what llama.cpp will open.
+        headers = check_model_files(sources)
+        match = SPLIT_NAME.match(sources[0].name)
+        assert match is not None  # _split_sources found the parts by this name
+        name = check_model_name(match.group("base") if name is None else name)
+        count = len(sources)
+        sizes = [p.stat().st_size for p in sources]
+        total = sum(sizes)
+
+        same_size = [m for m in self.list_models() if [p.size_bytes for p in m.parts] == sizes]
+        if same_size:
+            shas = [sha256_file(p) for p in sources]
+            for model in same_size:
+                if [p.sha256 for p in model.parts] == shas:
+                    log.info("%s is already installed as %s", sources[0], model.name)
+                    return model
+
+        with self._db.read_session() as session:
+            if self._find(session, name) is not None:
+                raise HearthError(
+                    f"A different model named {name!r} is already installed; choose another name."
+                )
+        # llama.cpp finds parts 2..N from part 1's name, so the copies keep the split naming.
+        targets = [self.models_dir / f"{name}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+        for target in targets:
+            if target.exists():
+                raise HearthError(f"{target} already exists but is not in the library; move it away first.")
+
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        parts: list[ModelPart] = []
+        try:
+            done = 0
+            for source, target, size in zip(sources, targets, sizes, strict=True):
+
+                def overall(part_done: int, _total: int, before: int = done) -> None:
+                    if progress is not None:
+                        progress(before + part_done, total)
+
+                sha256, copied = _copy_and_hash(source, target, overall)
+                parts.append(ModelPart(target.name, target, copied, sha256))
+                done += size
+            check_model_files(targets)
+            return self._insert(
+                name,
+                targets[0],
+                parts[0].sha256,
+                parts[0].size_bytes,
+                f"import:{sources[0]}",
+                headers[0],
+                parts=tuple(parts),
+            )
+        except BaseException:
+            # None of these existed before the import: nothing of a failed one stays behind.
+            for target in targets:
+                target.unlink(missing_ok=True)
             raise
 
     def register_in_place(
@@ -394,12 +556,15 @@ class ModelLibrary:
     ) -> InstalledModel:
         """Register a file downloaded into the models folder, hashed while it was downloaded.
 
-        Raises InvalidModelFile for an unusable header (the caller removes the file) and HearthError when
-        the name is taken.
+        Every part of a split model is validated, not only the first: llama.cpp opens the others itself.
+        Raises InvalidModelFile for an unusable header in any part (the caller removes the files) and
+        HearthError when the name is taken.
         """
         path = Path(path).resolve()
         name = check_model_name(name)
-        header = _valid_header(path)
+        if parts and parts[0].path.resolve() != path:
+            raise HearthError(f"{path.name} is not the first of the parts it was registered with.")
+        header = check_model_files([p.path for p in parts] if parts else [path])[0]
         with self._db.read_session() as session:
             if self._find(session, name) is not None:
                 raise HearthError(f"A different model named {name!r} is already installed.")

@@ -8,9 +8,11 @@ import logging.handlers
 import re
 import sys
 import threading
+from io import TextIOWrapper
 from types import TracebackType
 from typing import IO
 
+from app.fsutil import make_private_dir, private_opener
 from app.paths import HearthPaths
 
 ROOT_LOGGER = "hearth"
@@ -80,13 +82,28 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """Logs name the user's models, files and errors: created owner-only (0600), as is each new file after a
+    rollover (the rotated ones are renames, so they keep that mode)."""
+
+    def _open(self) -> TextIOWrapper:
+        # Always "a": RotatingFileHandler appends whenever it rotates, as configure_logging has it do.
+        return open(self.baseFilename, "a", encoding=self.encoding, errors=self.errors, opener=private_opener)
+
+
+def _private_logs_dir(paths: HearthPaths) -> None:
+    # The home first: creating logs/ with parents would leave a missing home at the umask's mode.
+    make_private_dir(paths.home)
+    make_private_dir(paths.logs_dir)
+
+
 def configure_logging(paths: HearthPaths, *, verbose: bool = False) -> None:
     """Route the "hearth" logger tree to a rotating file and stderr; calling again replaces, never adds."""
-    paths.logs_dir.mkdir(parents=True, exist_ok=True)
+    _private_logs_dir(paths)
     formatter = logging.Formatter(_FORMAT)
     redacting = RedactingFilter()
 
-    file_handler = logging.handlers.RotatingFileHandler(
+    file_handler = _PrivateRotatingFileHandler(
         paths.log_file, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUP_COUNT, encoding="utf-8"
     )
     file_handler.setLevel(logging.DEBUG if verbose else logging.INFO)
@@ -130,10 +147,11 @@ def install_crash_handlers(paths: HearthPaths) -> None:
     sys.excepthook = excepthook
     threading.excepthook = thread_excepthook
 
-    paths.logs_dir.mkdir(parents=True, exist_ok=True)
+    _private_logs_dir(paths)
     with _config_lock:
         previous = _crash_file
-        _crash_file = (paths.logs_dir / CRASH_LOG_NAME).open("a", encoding="utf-8")
+        crash_log = paths.logs_dir / CRASH_LOG_NAME
+        _crash_file = open(crash_log, "a", encoding="utf-8", opener=private_opener)  # noqa: SIM115
         faulthandler.enable(file=_crash_file)
         if previous is not None:
             previous.close()

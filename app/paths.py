@@ -8,6 +8,8 @@ from pathlib import Path
 
 import platformdirs
 
+from app.fsutil import make_private_dir, tighten
+
 HOME_ENV = "HEARTH_HOME"
 
 
@@ -54,8 +56,17 @@ class HearthPaths:
         return self.home / "hearth.lock"
 
     def ensure(self) -> HearthPaths:
+        """Create the home owner-only (0700; files in it are created 0600), and tighten a home an older
+        Hearth created readable to every local user: its folders and the files directly in them. Model files
+        are not walked (there can be thousands); the models folder's own mode already hides them."""
         for directory in (self.home, self.models_dir, self.logs_dir):
-            directory.mkdir(parents=True, exist_ok=True)
+            make_private_dir(directory)
+        tighten(self.backups_dir)
+        for directory in (self.home, self.logs_dir, self.backups_dir):
+            if directory.is_dir():
+                for entry in directory.iterdir():
+                    if entry.is_file():
+                        tighten(entry)
         return self
 
 

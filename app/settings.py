@@ -254,6 +254,8 @@ def save_settings(path: Path, settings: Settings) -> None:
 def write_text_atomically(path: Path, text: str) -> None:
     """Readers see the old file or the new one, never a torn write, even after a power cut."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    # mkstemp creates the file 0600 and the rename keeps that mode, so settings, servers and presets are
+    # owner-only without a chmod (HearthPaths.ensure makes their folder 0700).
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:

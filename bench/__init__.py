@@ -1,1 +1,1 @@
-"""Benchmarks: run with `python -m bench.NAME`, never as tests; each writes what it measured (bench/results.py)."""
+"""Benchmarks: run with `python -m bench.NAME`, never as tests; each writes its results (bench/results.py)."""

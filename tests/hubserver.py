@@ -13,8 +13,11 @@ What huggingface_hub 2.4 sends and reads (from its source):
   `EntryNotFound`) and `X-Error-Message`.
 
 Faults (see `Faults`): drop the connection after N body bytes (K times), ignore Range, flip a byte (right
-size, wrong bytes), stall, redirect file bytes to a second server (another origin: the "CDN"), and
-401/403/429/5xx answers. Every request is recorded with its headers.
+size, wrong bytes), stall, redirect file bytes to a second server (another origin: the "CDN"),
+401/403/429/5xx answers, and a gzip bomb for API answers. Every request is recorded with its headers.
+
+`HubServer(tls=...)` serves https with a certificate from a throwaway CA (`throwaway_tls`); the `hub` fixture
+(`serve_hub`) is such a server, standing in for the public Hub.
 """
 
 from __future__ import annotations
@@ -27,12 +30,16 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -44,6 +51,112 @@ from app.library import STARTER_FILENAME, STARTER_PACKAGE
 
 _CHUNK = 256 * 1024
 _hash_cache: dict[tuple[str, int, int], str] = {}
+
+
+@cache
+def _tls_material() -> tuple[bytes, bytes, bytes]:
+    """A throwaway CA and a server certificate it signed for 127.0.0.1 and localhost: (CA, cert, key) PEM.
+
+    Made once per process; the keys never leave the test's temporary folders.
+    """
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.now(UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Hearth test CA")])
+    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=7))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(ca_ski, critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=7))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return (
+        ca.public_bytes(serialization.Encoding.PEM),
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )
+
+
+def throwaway_tls(directory: Path) -> tuple[Path, ssl.SSLContext]:
+    """The CA file clients must trust (SSL_CERT_FILE) and the server's TLS context, written to `directory`."""
+    ca_pem, cert_pem, key_pem = _tls_material()
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_file, cert_file, key_file = (directory / n for n in ("ca.pem", "server.pem", "server.key"))
+    ca_file.write_bytes(ca_pem)
+    cert_file.write_bytes(cert_pem)
+    key_file.write_bytes(key_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    return ca_file, context
+
+
+@cache
+def gzip_bomb(inflated_bytes: int) -> bytes:
+    """A gzip stream inflating to about `inflated_bytes`, starting like a JSON list (about 1 KiB per MiB).
+
+    Built from one compressed MiB repeated: after a full flush the deflate stream refers to nothing before
+    it, so the same bytes stand for every MiB and the bomb takes no time to make.
+    """
+    block = b" " * (1 << 20)
+    count = max(1, inflated_bytes >> 20)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    head = compressor.compress(b"[") + compressor.flush(zlib.Z_FULL_FLUSH)
+    unit = compressor.compress(block) + compressor.flush(zlib.Z_FULL_FLUSH)
+    end = compressor.flush()
+    crc = zlib.crc32(b"[")
+    for _ in range(count):
+        crc = zlib.crc32(block, crc)
+    size = (1 + count * len(block)) & 0xFFFFFFFF
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # gzip, deflate, no name or time
+    return header + head + unit * count + end + crc.to_bytes(4, "little") + size.to_bytes(4, "little")
 
 
 def sha256_of(path: Path) -> str:
@@ -136,6 +249,7 @@ class Faults:
     statuses: list[int] = field(default_factory=list)  # answered (and used up) to file GETs first
     retry_after: int | None = None  # Retry-After on 429s
     rate_bps: int | None = None  # throttle file bodies to about this many bytes per second
+    api_gzip_bomb: int | None = None  # answer API GETs (search, repo info) with gzip inflating to this size
 
 
 @dataclass(frozen=True)
@@ -157,8 +271,25 @@ class _Server(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients hang up mid-body on purpose (a capped range read, a stall timeout): not a server bug.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
+        if not isinstance(sys.exc_info()[1], ConnectionError | ssl.SSLError):
             super().handle_error(request, client_address)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        tls = self.owner.tls
+        if tls is None:
+            super().finish_request(request, client_address)
+            return
+        try:
+            # Here, on the request's own thread: a client that never completes a handshake holds only it.
+            wrapped = tls.wrap_socket(request, server_side=True)
+        except OSError:
+            return  # gave up on the handshake, or spoke plain http
+        with self.owner._lock:
+            self.owner._connections.add(wrapped)
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
 
     def get_request(self) -> tuple[socket.socket, Any]:
         conn, addr = super().get_request()
@@ -170,9 +301,12 @@ class _Server(ThreadingHTTPServer):
 class HubServer:
     """The hub (role "hub") or its CDN (role "cdn", another origin that serves blobs by SHA-256)."""
 
-    def __init__(self, role: str = "hub", *, hub: HubServer | None = None) -> None:
+    def __init__(
+        self, role: str = "hub", *, hub: HubServer | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.role = role
         self._hub = hub
+        self.tls = tls
         self.repos: dict[str, ServedRepo] = {}
         self.faults = Faults()
         self.valid_tokens: set[str] = set()
@@ -195,14 +329,15 @@ class HubServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{self.host_name or host!s}:{port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{self.host_name or host!s}:{port}"
 
     def start(self) -> HubServer:
         self._thread.start()
         return self
 
     def start_cdn(self) -> HubServer:
-        self.cdn = HubServer("cdn", hub=self).start()
+        self.cdn = HubServer("cdn", hub=self, tls=self.tls).start()
         return self.cdn
 
     def stop(self) -> None:
@@ -272,6 +407,8 @@ class _Handler(BaseHTTPRequestHandler):
         token = self._token()
         if token is not None and token not in self.hub.valid_tokens:
             return self._error(401, None, "Invalid credentials in Authorization header")
+        if method == "GET" and path.startswith("/api/") and self.hub.faults.api_gzip_bomb is not None:
+            return self._gzip_bomb(self.hub.faults.api_gzip_bomb)
         if method == "GET" and path == "/api/models":
             return self._search(query)
         api = re.fullmatch(r"/api/models/(.+?)(?:/revision/([^/]+))?", path)
@@ -473,7 +610,8 @@ class _Handler(BaseHTTPRequestHandler):
             stall = None
         flip, rate = faults.flip_byte_at, faults.rate_bps
         with file.open() as source:
-            if cut is None and stall is None and flip is None and rate is None and file.path is not None:
+            plain = not isinstance(self.connection, ssl.SSLSocket)  # TLS's sendfile sends 8 KiB at a time
+            if cut is None and stall is None and flip is None and rate is None and file.path and plain:
                 # The fast path, so the server is not what a throughput benchmark measures.
                 self.connection.sendfile(source, start, length)
                 return
@@ -529,6 +667,15 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
+    def _gzip_bomb(self, inflated_bytes: int) -> None:
+        body = gzip_bomb(inflated_bytes)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def _error(
         self, status: int, code: str | None, message: str = "", extra: dict[str, str] | None = None
     ) -> None:
@@ -540,21 +687,33 @@ class _Handler(BaseHTTPRequestHandler):
 
 @contextmanager
 def serve_hub(monkeypatch: pytest.MonkeyPatch, home: Path) -> Iterator[HubServer]:
-    """A hub for one test, online: conftest sets HF_HUB_OFFLINE, which huggingface_hub reads at import.
+    """A hub for one test, online (conftest sets HF_HUB_OFFLINE, which huggingface_hub reads at import), over
+    https, standing in for the public Hub.
 
+    Hearth sends the Hugging Face token to https://huggingface.co only and never over plain http, so the
+    server speaks TLS with a certificate from a throwaway CA that SSL_CERT_FILE names (here and in child
+    processes), and app.hub.PUBLIC_ENDPOINT names the server. A mirror is another HubServer.
     Downloaded models are deleted afterwards: pytest keeps the temporary homes of recent runs.
     """
     import huggingface_hub.constants
+
+    import app.hub
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     # Tests that call huggingface_hub directly must not reach the public Hub for its agent registry either.
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    server = HubServer().start()
+    ca_file, context = throwaway_tls(home.parent / "hub-tls")
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    # The shared session reads SSL_CERT_FILE when it is made: make it again, now and afterwards.
+    huggingface_hub.close_session()
+    server = HubServer(tls=context).start()
+    monkeypatch.setattr(app.hub, "PUBLIC_ENDPOINT", server.url)
     try:
         yield server
     finally:
         server.stop()
+        huggingface_hub.close_session()
         shutil.rmtree(home / "models", ignore_errors=True)
 
 

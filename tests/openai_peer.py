@@ -1,7 +1,9 @@
 """Real OpenAI-compatible peers on 127.0.0.1 for the remote-engine tests.
 
 - `start_llama_peer`: llama-cpp-python's own server (`python -m llama_cpp.server`, its "server" extra)
-  running the starter model, in a subprocess, with an API key.
+  running the starter model, in a subprocess, with an API key. Hearth's llama.cpp loads its backends at
+  run time (inference.ggml_backends), which llama-cpp-python's server never asks for, so the subprocess
+  loads them first and then runs the server module as `-m` would.
 - `FaultServer`: a small HTTP server of our own that misbehaves on purpose, chosen by the model asked for
   (see `FaultServer.chat`), optionally over TLS with a certificate from `make_certificates`.
 """
@@ -59,13 +61,19 @@ def start_llama_peer(model: Path, workdir: Path) -> Iterator[LlamaPeer]:
     """llama_cpp.server on a free loopback port; waits until /v1/models answers, stops it at the end."""
     port = _free_port()
     log = workdir / f"llama-server-{port}.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    root = str(Path(__file__).resolve().parents[1])
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))),
+    }
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "llama_cpp.server",
+                "-c",
+                "import runpy, sys; from inference.ggml_backends import load_backends; load_backends(); "
+                "sys.argv[0] = 'llama_cpp.server'; runpy.run_module('llama_cpp.server', run_name='__main__')",
                 "--model",
                 str(model),
                 "--host",

@@ -214,7 +214,8 @@ class NoKeyring(KeyringBackend):
 def test_token_set_status_clear_reads_stdin_and_stays_in_the_keyring(hermetic_home: Path) -> None:
     assert run("token", "status")[1].startswith("Token: not set")
     code, out, _ = run("token", "set", stdin=f"  {TOKEN}\n")
-    assert code == 0 and out == "Token saved in the system keyring.\n"
+    assert code == 0
+    assert out == "Token saved in the system keyring; it is sent to https://huggingface.co only.\n"
     assert keyring.get_keyring().get_password("Hearth", "huggingface-token") == TOKEN
     code, out, _ = run("token", "status")
     assert code == 0 and out.startswith("Token: set (in the system keyring") and TOKEN not in out

@@ -9,6 +9,8 @@ import dataclasses
 import importlib.util
 import os
 import re
+import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -22,15 +24,28 @@ from inference.estimator import (
     combine_split_headers,
     describe_prediction,
     estimate_fit,
+    fit_with_policy,
     predict_memory,
     profile_model,
     recommend,
     within_bar,
 )
-from inference.gguf import GGUFHeader, read_header
+from inference.gguf import HYPERPARAMETER_LIMITS, MAX_BLOCK_COUNT, GGUFError, GGUFHeader, read_header
 from inference.llama_memory import LlamaLog, parse_buffer_sizes
 from tests.conftest import starter_model_file
-from tests.model_shapes import GIB, MIB, gemma3_1b, gemma3_1b_file, hardware, llama3_8b, llama3_8b_file
+from tests.gguf_factory import TensorSpec, write_gguf
+from tests.model_shapes import (
+    GIB,
+    MIB,
+    deepseek_v2_lite_file,
+    gemma3_1b,
+    gemma3_1b_file,
+    hardware,
+    llama3_8b,
+    llama3_8b_file,
+    r1_distill_qwen_7b_file,
+    tiny_moe_file,
+)
 
 # Llama-3-8B-shaped byte counts, from the tensor shapes in tests/model_shapes.py:
 # one layer has 2·4096² (q, o) + 2·4096·1024 (k, v) + 3·4096·14336 (FFN) = 218,103,808 weights plus two
@@ -546,3 +561,55 @@ def test_large_shapes_match_llama_cpp_dry_run(
     error = (predicted.compute - compute) / compute
     assert low - 0.0001 <= error <= high, (predicted.compute / MIB, compute / MIB)
     assert within_bar(predicted.compute, compute)
+
+
+# --- hostile hyperparameters ------------------------------------------------------------------------------
+
+
+def test_a_header_built_with_millions_of_layers_is_refused_before_any_list_is_sized(
+    llama: dict[str, GGUFHeader],
+) -> None:
+    """parse_header refuses such a file (tests/test_gguf.py); a header built in code must not get past the
+    estimator either: it sizes per-layer lists and loops by block_count (20 M layers cost 1.24 GB, 8.4 s)."""
+    header = llama["Q4_K_M"]
+    hostile = dataclasses.replace(header, metadata={**header.metadata, "llama.block_count": 2_000_000})
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(GGUFError, match=r"'llama.block_count' is 2000000; Hearth accepts 0 to 1,024"):
+            profile_model(hostile)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - started < 1.0
+    assert peak < 4 * MIB
+
+
+def test_real_shapes_are_within_the_bounds(tmp_path: Path) -> None:
+    files = [
+        llama3_8b_file(tmp_path),
+        gemma3_1b_file(tmp_path),
+        deepseek_v2_lite_file(tmp_path),
+        r1_distill_qwen_7b_file(tmp_path),
+        tiny_moe_file(tmp_path),
+    ]
+    for path in files:
+        profile = profile_model(read_header(path))
+        assert 0 < profile.n_layers < MAX_BLOCK_COUNT
+
+
+def test_every_count_at_its_limit_still_estimates_in_bounded_time(tmp_path: Path) -> None:
+    """The bounds cap the estimator's cost, not just the parser's: a file with every hyperparameter at its
+    limit, on machines where nothing fits (the most placements tried), takes well under a second here."""
+    metadata: dict[str, object] = {
+        "general.architecture": "llama",
+        "general.file_type": 15,
+        **{f"llama.{key}": limit for key, limit in HYPERPARAMETER_LIMITS.items()},
+    }
+    metadata["llama.attention.head_count_kv"] = [HYPERPARAMETER_LIMITS["attention.head_count_kv"]] * 1024
+    tensors = [TensorSpec(f"blk.{il}.attn_norm.weight", (64,), 0) for il in range(MAX_BLOCK_COUNT)]
+    header = read_header(write_gguf(tmp_path / "limits.gguf", metadata, tensors))
+    started = time.perf_counter()
+    for machine in (hardware(vram_mib=8192, ram_mib=16384), hardware(vram_mib=None, ram_mib=16384)):
+        assert fit_with_policy(header, machine, context=1 << 20).verdict == "too_large"
+    assert time.perf_counter() - started < 20.0

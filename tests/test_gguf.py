@@ -13,6 +13,9 @@ import pytest
 
 from inference.gguf import (
     GGML_TYPES,
+    HYPERPARAMETER_LIMITS,
+    MAX_ARRAY_LENGTH,
+    MAX_BLOCK_COUNT,
     MAX_KEPT_ARRAY_LENGTH,
     MAX_KEPT_STRING_BYTES,
     MAX_KV_COUNT,
@@ -520,3 +523,84 @@ def test_any_single_corrupted_byte_is_accepted_or_a_gguf_error(replacement: int)
         corrupted[position] = replacement
         with contextlib.suppress(GGUFError):
             parse_header(BytesSource(bytes(corrupted)))
+
+
+# --- hyperparameters that size the estimator's lists and loops ------------------------------------------
+
+
+def _llama_with(key: str, value: object) -> bytes:
+    """A small, otherwise valid Llama header (well under 8 KB) with one hyperparameter replaced."""
+    return gguf_bytes({**LLAMA_METADATA, f"llama.{key}": value}, SMALL_TENSORS)
+
+
+def _rejects_cheaply(data: bytes, match: str) -> None:
+    tracemalloc.start()
+    try:
+        _rejects(data, match)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 1024 * 1024
+
+
+@pytest.mark.parametrize("key", list(HYPERPARAMETER_LIMITS))
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(Typed(GGUFValueType.UINT32, 2**32 - 1), id="uint32-max"),
+        pytest.param(Typed(GGUFValueType.UINT64, 2**64 - 1), id="uint64-max"),
+        pytest.param(Typed(GGUFValueType.INT32, -1), id="negative"),
+    ],
+)
+def test_hyperparameters_no_model_has_are_refused_fast_and_cheaply(key: str, value: Typed) -> None:
+    assert len(_llama_with(key, value)) < 8192
+    shown = value.value if isinstance(value.value, int) and value.value < 0 else "[0-9^]+"
+    _rejects_cheaply(_llama_with(key, value), f"'llama.{key}' is {shown}; Hearth accepts 0 to ")
+
+
+def test_block_count_of_20_million_is_refused_before_any_list_is_sized() -> None:
+    """The security review's case: 20 M layers in an 8 KB header cost the library 1.24 GB and 8.4 s."""
+    _rejects_cheaply(_llama_with("block_count", 20_000_000), "'llama.block_count' is 20000000")
+
+
+def test_a_hostile_entry_in_a_per_layer_array_is_refused() -> None:
+    _rejects_cheaply(
+        _llama_with("attention.head_count_kv", [8, 2**32 - 1]),
+        "'llama.attention.head_count_kv' is 4294967295",
+    )
+
+
+def test_a_per_layer_array_longer_than_any_model_is_refused() -> None:
+    layers = TypedArray(GGUFValueType.UINT8, [8] * (MAX_BLOCK_COUNT + 1))
+    _rejects_cheaply(_llama_with("attention.head_count_kv", layers), "lists 1025 layers; at most 1024")
+
+
+def test_hyperparameters_at_the_limits_are_accepted() -> None:
+    metadata = {**LLAMA_METADATA, **{f"llama.{key}": limit for key, limit in HYPERPARAMETER_LIMITS.items()}}
+    metadata["llama.attention.head_count_kv"] = [HYPERPARAMETER_LIMITS["attention.head_count_kv"]] * 1024
+    header = parse_header(BytesSource(gguf_bytes(metadata, SMALL_TENSORS)))
+    assert header.block_count == MAX_BLOCK_COUNT
+    assert header.head_count_kv == [1 << 14] * 1024
+
+
+def test_hyperparameters_of_another_architecture_or_type_are_left_alone() -> None:
+    # Only the file's own architecture's keys are read as its hyperparameters; floats and strings are
+    # ignored by the readers, so they size nothing.
+    metadata = {**LLAMA_METADATA, "qwen2.block_count": 2**32 - 1, "llama.context_length": 1e30}
+    header = parse_header(BytesSource(gguf_bytes(metadata, SMALL_TENSORS)))
+    assert header.context_length is None
+
+
+def test_array_longer_than_any_vocabulary_is_refused_even_if_the_bytes_exist(tmp_path: Path) -> None:
+    # A sparse file: the array's bytes exist (as a hole), so only the length bound can refuse it.
+    length = MAX_ARRAY_LENGTH + 1
+    head = header_bytes(0, 1) + raw_kv("tokenizer.ggml.token_type", GGUFValueType.ARRAY, b"")
+    head += struct.pack("<IQ", GGUFValueType.UINT8, length)
+    path = tmp_path / "long-array.gguf"
+    with path.open("wb") as f:
+        f.write(head)
+        f.truncate(len(head) + length)
+    started = time.perf_counter()
+    with pytest.raises(GGUFError, match="array claims 16777217 elements; at most 16,777,216 are accepted"):
+        read_header(path)
+    assert time.perf_counter() - started < 1.0

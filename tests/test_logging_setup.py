@@ -220,3 +220,58 @@ def test_native_crash_is_written_to_crash_log(tmp_path: Path) -> None:
     crash_text = (home / "logs" / "crash.log").read_text(encoding="utf-8")
     assert "Fatal Python error: Segmentation fault" in crash_text
     assert crash_text.count("Fatal Python error") == 1
+
+
+def test_the_hearth_entry_point_records_thread_exceptions_and_native_crashes(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    script = """
+        import ctypes, sys, threading
+        from app.__main__ import main
+
+        assert main(["conversations", "list", "--home", sys.argv[1]]) == 0
+
+        def work():
+            raise RuntimeError("a worker of the hearth process failed")
+
+        thread = threading.Thread(target=work, name="hearth-worker")
+        thread.start()
+        thread.join()
+        ctypes.string_at(0)
+    """
+
+    result = run_python(script, home)
+
+    assert result.returncode != 0
+    log_text = (home / "logs" / "hearth.log").read_text(encoding="utf-8")
+    assert "Uncaught exception in thread hearth-worker" in log_text
+    assert "RuntimeError: a worker of the hearth process failed" in log_text
+    crash_text = (home / "logs" / "crash.log").read_text(encoding="utf-8")
+    assert "Fatal Python error: Segmentation fault" in crash_text
+    assert "in string_at" in crash_text
+
+
+def test_a_native_crash_in_the_runner_leaves_the_stacks_next_to_the_runner_log(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    script = """
+        import ctypes, sys, threading
+        from multiprocessing import Pipe
+        from multiprocessing.sharedctypes import RawValue
+        from inference.runner import runner_main
+
+        parent, child = Pipe()
+        # A thread of the runner segfaults while its main thread waits for a request.
+        threading.Timer(1.0, ctypes.string_at, (0,)).start()
+        runner_main(child, RawValue(ctypes.c_bool), sys.argv[1] + "/runner.log")
+    """
+
+    result = run_python(script, logs)
+
+    assert result.returncode == -11
+    crash_text = (logs / "runner-crash.log").read_text(encoding="utf-8")
+    assert "Fatal Python error: Segmentation fault" in crash_text
+    assert "in string_at" in crash_text
+    assert "in runner_main" in crash_text, "every thread's stack, the one waiting for requests too"
+    assert (logs / "runner-crash.log").stat().st_mode & 0o777 == 0o600
+    # The runner log's last error line stays llama.cpp's, which the client quotes to the user.
+    assert "Fatal Python error" not in (logs / "runner.log").read_text(encoding="utf-8")

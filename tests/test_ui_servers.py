@@ -7,12 +7,18 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import keyring
 import pytest
 from keyring.backends.fail import Keyring as FailKeyring
+from PySide6 import QtGui
 from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QTextDocument
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QLineEdit
 from pytestqt.qtbot import QtBot
@@ -462,3 +468,74 @@ def test_a_server_removed_elsewhere_meanwhile_is_one_clear_message(
     qtbot.waitUntil(lambda: "no server named “lab”" in dialog.statusLabel.text(), timeout=WAIT_MS)
     qtbot.waitUntil(lambda: not listed(dialog) and "lab/echo" not in picker_texts(window), timeout=WAIT_MS)
     assert "Manage servers…" not in picker_texts(window)
+
+
+# -- text from servers and users is shown as written ----------------------------------------------------
+
+HOSTILE_ERROR = (
+    '<b>bold</b> <img src="https://attacker.invalid/pixel.png"> <a href="https://x.invalid">here</a>'
+)
+
+
+class _HostileModels(BaseHTTPRequestHandler):
+    """A server whose model list fails with markup in its OpenAI-style error message."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = json.dumps({"error": {"message": HOSTILE_ERROR, "type": "server_error"}}).encode()
+        self.send_response(500)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@contextmanager
+def serve_hostile_errors() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _HostileModels)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="hostile-server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def shown_tooltip(text: str) -> QTextDocument:
+    """A tooltip as QToolTip's label renders it: as HTML whenever Qt guesses it is."""
+    document = QTextDocument()
+    if QtGui.Qt.mightBeRichText(text):
+        document.setHtml(text)
+    else:
+        document.setPlainText(text)
+    return document
+
+
+def test_markup_in_a_servers_error_and_a_bundles_path_is_shown_literally(
+    gui: GuiSessions, qtbot: QtBot, hermetic_home: Path, tmp_path: Path
+) -> None:
+    # A real CA bundle (it is loaded even for http) under a file name that is markup.
+    bundle = tmp_path / "<img src=x>.pem"
+    bundle.write_bytes(make_certificates(tmp_path).ca.read_bytes())
+    with serve_hostile_errors() as url:
+        ServerRegistry(hermetic_home).add("lab", url, ca_bundle=bundle)
+        session = gui.open(resolve_home(), preload_model=False)
+        window = session.window
+        qtbot.waitUntil(lambda: "lab: cannot list its models" in picker_texts(window), timeout=WAIT_MS)
+        dialog = open_manager(qtbot, window)
+        select(dialog, "lab")
+        (item,) = dialog.serverList.findItems("lab", Qt.MatchFlag.MatchExactly, NAME)
+
+        error = shown_tooltip(item.toolTip(STATE)).toPlainText()
+        assert HOSTILE_ERROR in error, "every tag shows as typed: nothing bold, fetched or linked"
+        assert error.startswith("lab failed with a server error (500: ")
+        assert shown_tooltip(item.toolTip(CA)).toPlainText() == str(bundle)
+        assert dialog.detailLabel.textFormat() == Qt.TextFormat.PlainText
+        assert HOSTILE_ERROR in dialog.detailLabel.text()

@@ -6,6 +6,7 @@ The work happens in app.servers_service off the GUI thread; this dialog asks and
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +17,6 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QGridLayout,
     QHeaderView,
-    QLabel,
     QLineEdit,
     QTreeWidget,
     QTreeWidgetItem,
@@ -35,6 +35,16 @@ from ui.library_widgets import plain_label, push_button
 from ui.server_dialog import CA_FILES
 
 NAME, ADDRESS, STATE, KEY, CA = range(5)
+
+
+def plain_tooltip(text: str) -> str:
+    """`text` as a tooltip that shows it as written. Qt renders a tooltip as HTML whenever it looks like
+    HTML (Qt::mightBeRichText), and a server's error text, a server name or a file path is not Hearth's to
+    format: `<img src=…>` in it would be fetched, `<b>` would be bold. Escaped inside a paragraph, it is
+    always rich text that shows every character."""
+    if not text:
+        return ""
+    return "<p>" + html.escape(text).replace("\n", "<br>") + "</p>"
 
 
 def unavailable_text(kind: ErrorKind | None) -> str:
@@ -87,7 +97,9 @@ class KeyDialog(QDialog):
         self.buttons.accepted.connect(self._save)
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel(self.tr("The new API key for {url}:").format(url=server.url)))
+        self.urlLabel = plain_label("serverKeyUrl")
+        self.urlLabel.setText(self.tr("The new API key for {url}:").format(url=server.url))
+        layout.addWidget(self.urlLabel)
         layout.addWidget(self.keyEdit)
         layout.addWidget(self.noteLabel)
         layout.addWidget(self.buttons)
@@ -222,10 +234,10 @@ class ServersDialog(QDialog):
             )
             item.setData(NAME, Qt.ItemDataRole.UserRole, entry.server.name)
             if entry.error is not None:
-                item.setToolTip(STATE, entry.error)
+                item.setToolTip(STATE, plain_tooltip(entry.error))
             bundle = entry.server.ca_bundle
             item.setText(CA, Path(bundle).name if bundle else self.tr("System"))
-            item.setToolTip(CA, bundle or self.tr("The system's certificate authorities"))
+            item.setToolTip(CA, plain_tooltip(bundle or self.tr("The system's certificate authorities")))
             view.addTopLevelItem(item)
             if entry.server.name == chosen or (chosen is None and view.topLevelItemCount() == 1):
                 item.setSelected(True)
