@@ -178,7 +178,7 @@ def test_without_a_keyring_adding_a_server_without_a_key_warns_of_nothing(
     # Saving a key is where a missing keyring matters, and there it is said.
     add = ("servers", "add", "keyed", "http://127.0.0.1:9/", "--api-key-from-stdin")
     code, _, err = run(*add, stdin=f"{KEY}\n", monkeypatch=monkeypatch)
-    assert code == 0 and "the API key was not saved: No system keyring is available" in err
+    assert code == 3 and "the API key was not saved: No system keyring is available" in err
 
 
 def test_replacing_a_server_without_a_key_removes_the_old_key(monkeypatch: pytest.MonkeyPatch) -> None:
