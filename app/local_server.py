@@ -6,6 +6,26 @@ queue); a client that hangs up cancels its generation, so the runner is free for
 
 The standard library's threading HTTP server is enough for one user's programs on one machine, and adds
 no dependency. It listens on the loopback address only: there is deliberately no way to choose another.
+
+Any program on the machine can connect without the key, so nothing it can do before the key is checked may
+cost much or last long:
+- the whole header block must arrive within `header_timeout_s` (a deadline, not a per-byte timeout, so a
+  client trickling a byte now and then is dropped too) and fit in `max_header_bytes` (else 431);
+- the key is checked from the headers alone; the body is read only after that, within `body_timeout_s`,
+  and only up to MAX_BODY_BYTES (a `100 Continue` is sent only then, so a refused client never sends it);
+- at most `max_connections` connections hold a thread. Beyond that, a new connection takes the place of
+  the one that has waited longest for a request (an idle keep-alive, or one still trickling its headers):
+  waiting costs the waiter its place, so idle connections cannot lock real clients out. When every one is
+  busy with a request, the new connection is closed at once, without a thread.
+
+Why not uvicorn (BSD-3) on h11 (MIT), installed already for the tests? It bounds header size, but it has
+no timeout on receiving a request: its keep-alive timer is cancelled by the first byte, so a trickling
+client holds a uvicorn connection forever too (uvicorn issue #157, "timeout-request-start", is open), and
+`limit_concurrency` still accepts and parses every connection before answering 503. Size and bundling
+are not the obstacle (uvicorn, h11 and click are about 2 MB, and pyinstaller-hooks-contrib collects
+uvicorn's modules, which it imports by name), but switching would mean three more runtime packages to
+follow and rewriting the threaded streaming and hang-up cancellation for asyncio, only to add the same
+deadline code to uvicorn's protocol class. Hardening this server is less code and less risk.
 """
 
 from __future__ import annotations
@@ -13,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hmac
+import io
 import json
 import logging
 import math
@@ -30,7 +51,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import chain
 from secrets import token_urlsafe
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from app.engine import ChatEngine
@@ -49,6 +70,9 @@ from inference.protocol import (
     TokenDelta,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
 log = logging.getLogger("hearth.local_server")
 
 LOOPBACK = "127.0.0.1"
@@ -58,6 +82,17 @@ API_KEY_NAME = "local-server-api-key"
 MAX_BODY_BYTES = 4 << 20
 # A client that neither sends nor reads for this long is dropped, so it cannot hold the runner forever.
 IO_TIMEOUT_S = 30.0
+# Limits on what a client can make the server hold before (and just after) its key is checked. A real
+# client on this machine sends its headers in milliseconds and its body in well under a second.
+HEADER_TIMEOUT_S = 10.0  # for the whole request line and headers, and for the wait between requests
+BODY_TIMEOUT_S = 30.0  # for the whole body, once the key is known to be right
+MAX_HEADER_BYTES = 16 << 10  # request line and headers together; OpenAI clients send well under 2 KiB
+MAX_CONNECTIONS = 64  # connections holding a thread; the runner answers one request at a time anyway
+# After refusing a request whose rest is still arriving, the server reads (and discards) this much of it
+# before closing, for at most this long: closing with unread data makes the system send a reset, which can
+# destroy the answer before the client reads it.
+LINGER_BYTES = 64 << 10
+LINGER_S = 1.0
 # How often a request's connection is checked for a client that hung up while it waits or generates.
 HANGUP_POLL_S = 0.2
 MAX_STOP_STRINGS = 16
@@ -296,6 +331,51 @@ class _ClientGone(Exception):
     pass
 
 
+class _HeadTooLarge(Exception):
+    pass
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A connection's input for a buffered reader. Each receive waits at most the socket's timeout and
+    never past `deadline` (monotonic clock), so a client sending a byte just before every timeout cannot
+    stretch one read (a line, a body) without end."""
+
+    def __init__(self, sock: socket.socket, timeout_s: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._timeout_s = timeout_s
+        self.deadline = math.inf
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the client took too long to send its request")
+        self._sock.settimeout(min(remaining, self._timeout_s))
+        try:
+            return self._sock.recv_into(buffer)
+        finally:
+            # Writes go by the socket's timeout too.
+            self._sock.settimeout(self._timeout_s)
+
+
+def _error_response(status: HTTPStatus, message: str) -> bytes:
+    body = json.dumps(RequestError(status, message, kind="server_error").body()).encode()
+    head = (
+        f"HTTP/1.1 {status.value} {status.phrase}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+# Sent, without waiting, to a connection refused because every connection is busy with a request.
+_BUSY_RESPONSE = _error_response(
+    HTTPStatus.SERVICE_UNAVAILABLE, "The server is busy with as many connections as it takes; try again."
+)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
     protocol_version = "HTTP/1.1"
@@ -306,11 +386,104 @@ class _Handler(BaseHTTPRequestHandler):
     # The request has a body not read (yet): if it is answered without reading it, the connection must
     # close, or the body would be taken for the next request.
     _body_pending = False
+    # The client waits for "100 Continue" before sending the body; it is said only once the key is right.
+    _expects_continue = False
+    # Input may still be arriving when the connection closes: read some of it first (see LINGER_BYTES).
+    _linger = False
 
     def setup(self) -> None:
         super().setup()
-        # Every read and write on this connection gives up after this long.
-        self.connection.settimeout(self.server.local.io_timeout_s)
+        timeout_s = self.server.local.io_timeout_s
+        # Every read and write on this connection gives up after this long without progress.
+        self.connection.settimeout(timeout_s)
+        # The base class's reader has no deadline. Closed, so that it keeps no hold on the socket.
+        self.rfile.close()
+        self._input = _DeadlineReader(self.connection, timeout_s)
+        self.rfile = io.BufferedReader(self._input)
+
+    def finish(self) -> None:
+        super().finish()
+        if self._linger:
+            # Evictable meanwhile: a client lingered on must not keep a real one out.
+            self.server.awaiting_request(self.connection)
+            self._discard_input()
+
+    def _discard_input(self) -> None:
+        deadline, left = time.monotonic() + LINGER_S, LINGER_BYTES
+        with suppress(OSError):
+            self.connection.shutdown(socket.SHUT_WR)
+            while left > 0 and (remaining := deadline - time.monotonic()) > 0:
+                self.connection.settimeout(remaining)
+                data = self.connection.recv(min(left, 16 << 10))
+                if not data:
+                    break
+                left -= len(data)
+
+    def handle_one_request(self) -> None:
+        """One request, read within the limits the module's docstring describes: the base class reads the
+        request line and headers with no deadline and up to 100 lines of 64 KiB each before any check."""
+        local = self.server.local
+        # What the base class's parse_request sets first, for an answer sent before it runs.
+        self.command, self.requestline, self.request_version = "", "", self.default_request_version
+        self.close_connection = True
+        self._body_pending = self._expects_continue = False
+        self.server.awaiting_request(self.connection)
+        self._input.deadline = time.monotonic() + local.header_timeout_s
+        try:
+            head = self._read_head(local.max_header_bytes)
+        except _HeadTooLarge:
+            self._linger = True
+            self.send_error(431, f"The request line and headers must fit in {local.max_header_bytes} bytes.")
+            return
+        except (_ClientGone, OSError) as exc:
+            log.debug("dropped a connection while reading a request: %s", type(exc).__name__)
+            return
+        finally:
+            self._input.deadline = math.inf
+        if head is None or not self.server.serving_request(self.connection):
+            return
+        self.raw_requestline = head[0]
+        # parse_request reads the headers from rfile: give it the block already read, and only that.
+        connection_input, self.rfile = self.rfile, io.BytesIO(b"".join(head[1:]))
+        try:
+            parsed = self.parse_request()
+        finally:
+            self.rfile = connection_input
+        if not parsed:
+            return
+        method = getattr(self, f"do_{self.command}", None)
+        if method is None:
+            self.send_error(501, f"Unsupported method ({self.command!r})")
+            return
+        method()
+        self.wfile.flush()
+
+    def _read_head(self, limit: int) -> list[bytes] | None:
+        """The request line and the header lines up to the empty line ending them, `limit` bytes at most;
+        None when the client closed the connection before sending anything."""
+        lines: list[bytes] = []
+        size = 0
+        while True:
+            line = self.rfile.readline(limit - size + 1)
+            size += len(line)
+            if size > limit:
+                raise _HeadTooLarge
+            if not line.endswith(b"\n"):
+                if not line and not lines:
+                    return None
+                raise _ClientGone
+            blank = line in (b"\r\n", b"\n")
+            if lines and blank:
+                lines.append(line)
+                return lines
+            # Empty lines before the request line are skipped (RFC 9112, section 2.2).
+            if not blank:
+                lines.append(line)
+
+    def handle_expect_100(self) -> bool:
+        # The base class says "100 Continue" at once, asking for the body before the key is checked.
+        self._expects_continue = True
+        return True
 
     # -- plumbing -------------------------------------------------------------------------------------
 
@@ -333,7 +506,7 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in headers:
             self.send_header(name, value)
         if self._body_pending:
-            self.close_connection = True
+            self.close_connection = self._linger = True
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
@@ -418,20 +591,25 @@ class _Handler(BaseHTTPRequestHandler):
     def _read_json(self) -> object:
         if "Transfer-Encoding" in self.headers:
             raise RequestError(411, "Send the body with a Content-Length; chunked uploads are not accepted.")
-        length_text = self.headers.get("Content-Length")
-        if length_text is None:
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
             raise RequestError(411, "The request needs a Content-Length.")
-        try:
-            length = int(length_text)
-        except ValueError:
-            length = -1
-        if length < 0:
+        # int() would also take signs, spaces, underscores and other scripts' digits.
+        if len(set(lengths)) != 1 or not (lengths[0].isascii() and lengths[0].isdigit()):
             raise RequestError(400, "The Content-Length is not a number of bytes.")
+        length = int(lengths[0])
         if length > MAX_BODY_BYTES:
             raise RequestError(
                 413, f"The request body is {length} bytes; this server accepts at most {MAX_BODY_BYTES}."
             )
-        body = self.rfile.read(length)
+        if self._expects_continue:
+            self._expects_continue = False
+            self.wfile.write(f"{self.protocol_version} 100 Continue\r\n\r\n".encode())
+        self._input.deadline = time.monotonic() + self.server.local.body_timeout_s
+        try:
+            body = self.rfile.read(length)
+        finally:
+            self._input.deadline = math.inf
         if len(body) < length:
             raise _ClientGone
         self._body_pending = False
@@ -555,17 +733,41 @@ class _Completion:
         return {**self._base("chat.completion.chunk"), "choices": [], "usage": _usage(stats)}
 
 
+@dataclass
+class _Slot:
+    """A connection holding a request thread."""
+
+    # Since when it has been waiting for a request's head; None while it is busy with a request.
+    awaiting_since: float | None
+    # Shut down to make room for a newer connection; its thread is ending.
+    evicted: bool = False
+
+
 class _HTTPServer(ThreadingHTTPServer):
     # Request threads are joined by server_close, so stop() returns with every request finished.
     daemon_threads = False
     # On Windows SO_REUSEADDR lets a second program bind the same port and take over the connections.
     allow_reuse_address = sys.platform != "win32"
+    # Connections queued by the system hold no descriptor of this process; a burst of real clients should
+    # wait there rather than have their connection attempts dropped.
+    request_queue_size = 64
 
     def __init__(self, port: int, local: LocalServer) -> None:
         self.local = local
-        self._connections: set[socket.socket] = set()
+        self._connections: dict[socket.socket, _Slot] = {}
         self._connections_lock = threading.Lock()
+        self._warned_full = False
         super().__init__((LOOPBACK, port), _Handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            # Out of descriptors (something else in the process holds them): the listening socket stays
+            # readable, and without a pause the serving loop would spin a core retrying.
+            if exc.errno in (errno.EMFILE, errno.ENFILE, 10024):  # 10024 is Windows' WSAEMFILE
+                time.sleep(0.1)
+            raise
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind would look up the host's full name, which can stall on a broken resolver.
@@ -573,13 +775,59 @@ class _HTTPServer(ThreadingHTTPServer):
         self.server_name, self.server_port = LOOPBACK, self.server_address[1]
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        """Start a thread for a new connection, within `max_connections` (see the module's docstring)."""
+        limit = self.local.max_connections
+        evict: socket.socket | None = None
         with self._connections_lock:
-            self._connections.add(request)
+            live = [(slot, sock) for sock, slot in self._connections.items() if not slot.evicted]
+            full = len(live) >= limit
+            if full:
+                waiting = [
+                    (since, sock, slot) for slot, sock in live if (since := slot.awaiting_since) is not None
+                ]
+                # Evicted connections hold their thread until it notices; this bounds how many can.
+                if waiting and len(self._connections) < 2 * limit:
+                    _, evict, slot = min(waiting, key=lambda item: item[0])
+                    slot.evicted = True
+            if not full or evict is not None:
+                self._connections[request] = _Slot(awaiting_since=time.monotonic())
+            warn = full and not self._warned_full
+            self._warned_full |= full
+        if warn:
+            log.warning(
+                "the local API has %d connections open, its limit: newer ones now take the place of idle "
+                "ones, or are refused while all are busy",
+                limit,
+            )
+        if evict is not None:
+            with suppress(OSError):
+                evict.shutdown(socket.SHUT_RDWR)  # wakes its thread, which then ends
+        elif full:
+            with suppress(OSError):
+                request.setblocking(False)  # nothing here may wait for this client
+                request.send(_BUSY_RESPONSE)
+            self.shutdown_request(request)
+            return
         super().process_request(request, client_address)
+
+    def awaiting_request(self, connection: socket.socket) -> None:
+        with self._connections_lock:
+            slot = self._connections.get(connection)
+            if slot is not None:
+                slot.awaiting_since = time.monotonic()
+
+    def serving_request(self, connection: socket.socket) -> bool:
+        """Mark a connection busy with a request; False when it was just evicted, and must close."""
+        with self._connections_lock:
+            slot = self._connections.get(connection)
+            if slot is None or slot.evicted:
+                return False
+            slot.awaiting_since = None
+            return True
 
     def shutdown_request(self, request: Any) -> None:
         with self._connections_lock:
-            self._connections.discard(request)
+            self._connections.pop(request, None)
         super().shutdown_request(request)
 
     def drop_connections(self) -> None:
@@ -620,6 +868,12 @@ class LocalServer:
             raise HearthError(f"The port must be from 1 to 65535 (or 0 for any free port), not {port}.")
         self.engine = engine
         self.io_timeout_s = io_timeout_s
+        # Limits on what a client without the key can hold (see the module's docstring). Attributes, read
+        # for each connection, so that tests can shrink them on one server.
+        self.header_timeout_s = HEADER_TIMEOUT_S
+        self.body_timeout_s = BODY_TIMEOUT_S
+        self.max_header_bytes = MAX_HEADER_BYTES
+        self.max_connections = MAX_CONNECTIONS
         self.started_at = int(time.time())
         self._port = port
         self._on_activity = on_activity

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -483,6 +484,194 @@ def test_a_slow_sender_is_answered_and_a_stalled_one_is_dropped(engine: ChatEngi
             # Others are served while it stalls: it holds a thread of its own, never the runner.
             assert request(server, "GET", "/v1/models")[0] == 200
             assert stalled.recv(1024) == b"", "the stalled connection should be closed by the server"
+    finally:
+        server.stop()
+
+
+# -- what a client without the key can cost -------------------------------------------------------------
+
+
+def serve_with_limits(engine: ChatEngine, **limits: float) -> LocalServer:
+    """A server whose limits are shrunk (or raised) on the instance, as the defaults would make tests slow."""
+    server = LocalServer(engine, KEY, port=0)
+    for name, value in limits.items():
+        setattr(server, name, value)
+    server.start()
+    return server
+
+
+def read_head(sock: socket.socket) -> bytes:
+    """One response's status line and headers, read as they are (http.client skips a 100 Continue)."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        piece = sock.recv(1)
+        assert piece, f"the connection closed after {head!r}"
+        head += piece
+    return head
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(65536) == b""
+    except ConnectionResetError:
+        return True
+
+
+def open_fds() -> int:
+    """Descriptors this process has open (Windows has no such count: there, 0)."""
+    proc = Path("/proc/self/fd")
+    if proc.is_dir():
+        return sum(1 for _ in proc.iterdir())
+    return psutil.Process().num_fds() if hasattr(psutil.Process, "num_fds") else 0
+
+
+def test_the_limits_have_sane_defaults(engine: ChatEngine) -> None:
+    server = LocalServer(engine, KEY, port=0)
+    assert 1 <= server.header_timeout_s <= 30
+    assert server.header_timeout_s <= server.body_timeout_s <= 120
+    assert 8 << 10 <= server.max_header_bytes <= 64 << 10
+    assert 8 <= server.max_connections <= 256
+    assert MAX_BODY_BYTES <= 16 << 20
+
+
+@pytest.mark.parametrize("phase", ["headers", "body"])
+def test_a_trickling_client_is_dropped_while_others_are_served(engine: ChatEngine, phase: str) -> None:
+    limit_s = 1.0
+    # The per-read timeout stays long: only a deadline for the whole headers (or body) can end this.
+    server = serve_with_limits(engine, header_timeout_s=limit_s, body_timeout_s=limit_s)
+    start = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        + f"Authorization: Bearer {KEY}\r\nContent-Length: 100000\r\n".encode()
+    )
+    start += b"\r\n" if phase == "body" else b"X-Slow: "
+    try:
+        with socket.create_connection((LOOPBACK, server.port), timeout=60) as slow:
+            slow.sendall(start)
+            began, dropped, served = time.monotonic(), False, False
+            while not dropped and time.monotonic() - began < 5 * limit_s:
+                try:
+                    slow.sendall(b"a")
+                except OSError:
+                    dropped = True
+                    break
+                if not served:
+                    assert request(server, "GET", "/v1/models")[0] == 200
+                    served = True
+                slow.settimeout(0.1)
+                with suppress(TimeoutError):
+                    dropped = closed_by_server(slow)
+            assert served
+            assert dropped, f"a client trickling its {phase} was still connected after {5 * limit_s} s"
+    finally:
+        server.stop()
+
+
+def test_idle_connections_beyond_the_cap_neither_lock_clients_out_nor_use_up_descriptors(
+    engine: ChatEngine,
+) -> None:
+    cap = 8
+    # No timeout frees a place during the test: only the cap's handling can let the request in.
+    server = serve_with_limits(engine, max_connections=cap, header_timeout_s=600)
+    fds, threads = open_fds(), threading.active_count()
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(cap + 50):
+            idle.append(socket.create_connection((LOOPBACK, server.port), timeout=60))
+        assert request(server, "GET", "/v1/models")[0] == 200
+        # Each idle connection is a descriptor of this test's own; the server's stay near the cap.
+        wait_until(lambda: open_fds() - fds - len(idle) <= cap + 4, "the server to hold few descriptors", 20)
+        wait_until(
+            lambda: threading.active_count() - threads <= cap + 2, "the server to hold few threads", 20
+        )
+        assert request(server, "GET", "/v1/models")[0] == 200
+    finally:
+        for sock in idle:
+            sock.close()
+        server.stop()
+
+
+def test_when_every_connection_is_busy_a_new_one_is_refused_at_once(engine: ChatEngine) -> None:
+    server = serve_with_limits(engine, max_connections=2)
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        + f"Authorization: Bearer {KEY}\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n".encode()
+    )
+    try:
+        busy = [socket.create_connection((LOOPBACK, server.port), timeout=60) for _ in range(2)]
+        with busy[0], busy[1]:
+            for sock in busy:
+                sock.sendall(head)
+                # Told to go on with its body: past the key check, busy with its request.
+                assert read_head(sock).startswith(b"HTTP/1.1 100 ")
+            with socket.create_connection((LOOPBACK, server.port), timeout=30) as refused:
+                response = http.client.HTTPResponse(refused)
+                response.begin()
+                assert response.status == 503 and json.loads(response.read())["error"]
+                assert closed_by_server(refused)
+            busy[0].sendall(b'{"x": 1}  ')
+            response = http.client.HTTPResponse(busy[0])
+            response.begin()
+            assert response.status == 400
+        # The busy ones are gone: there is room again.
+        assert request(server, "GET", "/v1/models")[0] == 200
+    finally:
+        server.stop()
+
+
+def test_oversized_headers_get_431_and_the_connection_closes(engine: ChatEngine) -> None:
+    server = serve_with_limits(engine)
+    request_line = f"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n"
+    try:
+        assert request(server, "GET", "/v1/models", headers={"X-Pad": "a" * (12 << 10)})[0] == 200
+        for extra in [
+            "X-Big: " + "a" * (20 << 10) + "\r\n",
+            "".join(f"X-{i}: {'a' * 250}\r\n" for i in range(90)),
+        ]:
+            with socket.create_connection((LOOPBACK, server.port), timeout=60) as sock:
+                sock.sendall(f"{request_line}{extra}\r\n".encode())
+                response = http.client.HTTPResponse(sock)
+                response.begin()
+                assert response.status in (431, 400), response.status
+                assert "error" in json.loads(response.read())
+                assert closed_by_server(sock)
+        assert request(server, "GET", "/v1/models")[0] == 200
+    finally:
+        server.stop()
+
+
+def test_the_key_is_checked_before_the_body_is_asked_for_or_read(engine: ChatEngine) -> None:
+    server = serve_with_limits(engine)
+    post = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    huge = f"Content-Length: {10**12}\r\n"
+    try:
+        for expect in ["", "Expect: 100-continue\r\n"]:
+            with socket.create_connection((LOOPBACK, server.port), timeout=30) as sock:
+                # Headers only: the answer must come without any body sent.
+                sock.sendall(f"{post}Authorization: Bearer wrong\r\n{huge}{expect}\r\n".encode())
+                head = read_head(sock)
+                assert head.startswith(b"HTTP/1.1 401 "), head
+                assert b"\r\nConnection: close\r\n" in head
+                length = re.search(rb"\r\nContent-Length: (\d+)\r\n", head)
+                assert length is not None
+                body = b""
+                while len(body) < int(length.group(1)):
+                    body += sock.recv(65536)
+                assert json.loads(body)["error"]["code"] == "invalid_api_key"
+                assert closed_by_server(sock)
+        authorised = f"{post}Authorization: Bearer {KEY}\r\n"
+        with socket.create_connection((LOOPBACK, server.port), timeout=30) as sock:
+            sock.sendall(f"{authorised}{huge}Expect: 100-continue\r\n\r\n".encode())
+            assert read_head(sock).startswith(b"HTTP/1.1 413 ")
+        payload = json.dumps({"model": "m", "messages": COLOURS, "temperature": 9}).encode()
+        with socket.create_connection((LOOPBACK, server.port), timeout=30) as sock:
+            sock.sendall(
+                f"{authorised}Content-Length: {len(payload)}\r\nExpect: 100-continue\r\n\r\n".encode()
+            )
+            assert read_head(sock).startswith(b"HTTP/1.1 100 ")
+            sock.sendall(payload)
+            response = http.client.HTTPResponse(sock)
+            response.begin()
+            assert response.status == 400 and json.loads(response.read())["error"]["param"] == "temperature"
     finally:
         server.stop()
 
