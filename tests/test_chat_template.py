@@ -265,6 +265,14 @@ BOMBS = {
     "expandtabs": "{{ ('\t' * 100000).expandtabs(100000) }}",
     "dict-view": "{% set b = 'x' * 3000000 %}{{ {'a': b, 'b': b}.items() }}",
     "sum-of-lists": "{{ ([[1]] * 100000)|sum(start=[]) }}",
+    # One object per character, in one C call: '中' is not one of Python's cached one-character strings.
+    "list-of-characters": "{{ ('中' * 4000000)|list|length }}",
+    "slice-of-characters": "{{ ('中' * 4000000)|slice(2)|list|length }}",
+    "split-words": "{{ ('中 ' * 2000000).split()|length }}",
+    "split-lines": "{{ ('中\n' * 2000000).splitlines()|length }}",
+    "json-separator": "{{ (range(20000)|list)|tojson(separators=('x' * 4000, ':')) }}",
+    "encode-namereplace": "{{ ('\U0001f642' * 4000000).encode('ascii', 'namereplace')|length }}",
+    "strftime-format": "{{ strftime_now('%c' * 2000000)|length }}",
 }
 
 
@@ -274,6 +282,105 @@ def test_single_allocation_bombs_are_refused_before_allocating(template: str) ->
     _assert_fallback(result)
     assert elapsed < 2.0
     assert peak < MEMORY_CAP
+
+
+# A trace function runs between Python steps only, so each of these would run for minutes to centuries inside
+# a single C call, past any deadline; they must be refused before they start.
+_DAG = (
+    "{% set ns = namespace(a=[1], b=[1], t=(1,)) %}{% for i in range(60) %}"
+    "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% set ns.t = (ns.t, ns.t) %}{% endfor %}"
+)
+# 5,000 integers with one hash (equal modulo 2**61 - 1) and the same leading 15,000 digits, so that each of
+# the 12 million comparisons of two of them inside one dict or set takes microseconds.
+_COLLIDING_INTS = (
+    "{% set ns = namespace(keys=[]) %}{% set big = 10 ** 15000 * 2305843009213693951 %}"
+    "{% for i in range(5000) %}{% set ns.keys = ns.keys + [big + i * 2305843009213693951] %}{% endfor %}"
+    "{% set keys = ns.keys %}"
+)
+_NESTED_LISTS = (  # [l] * n == [copy of l] * n compares l with its copy n times
+    "{% set l = ['a'] * 200000 %}{% set m = [l] * 200000 %}{% set m2 = [l|list] * 200000 %}"
+)
+C_LEVEL_WORK = {
+    "compare-nested-lists": _NESTED_LISTS + "{{ m == m2 }}",
+    "search-nested-lists": _NESTED_LISTS + "{{ m2 in [m] }}",
+    "compare-shared-parts": _DAG + "{{ ns.a == ns.b }}",
+    "compare-shared-parts-test": _DAG + "{{ ns.a is eq ns.b }}",
+    "select-shared-parts": _DAG + "{{ [ns.a]|select('equalto', ns.b)|list|length }}",
+    "hash-shared-parts": _DAG + "{{ ns.t in {} }}",
+    "hash-dict-key": _DAG + "{{ {ns.t: 1}|length }}",
+    "hash-subscript": _DAG + "{{ {'a': 1}[ns.t] }}",
+    "sort-shared-parts": _DAG + "{{ [ns.a, ns.b]|sort|length }}",
+    "max-shared-parts": _DAG + "{{ [ns.a, ns.b]|map('first')|max|length }}",
+    "unique-shared-parts": _DAG + "{{ [ns.t]|unique|list|length }}",
+    "count-shared-parts": _DAG + "{{ [ns.a].count(ns.b) }}",
+    "loop-changed": _DAG + "{% for x in [ns.a, ns.b] %}{{ loop.changed(x) }}{% endfor %}",
+    "sum-of-huge-integers": "{% set x = 2 ** 524000 %}{{ ([x] * 200000)|sum > 0 }}",
+    "divide-huge-integers": (
+        "{% set x = 7 ** 349000 %}{% set y = 3 ** 300000 %}{% for i in range(9) %}{{ x % y > 0 }}{% endfor %}"
+    ),
+    "strip-many-characters": "{% set a = 'a' * 2000000 %}{{ a.strip('b' * 1999999 ~ 'a')|length }}",
+    "trim-many-characters": "{% set a = 'a' * 1000000 %}{{ a|trim('b' * 999999 ~ 'a')|length }}",
+    "dict-of-colliding-keys": _COLLIDING_INTS + "{{ dict.fromkeys(keys)|length }}",
+    "namespace-of-colliding-keys": _COLLIDING_INTS + "{{ namespace(keys|batch(2)|list) is defined }}",
+    "set-of-colliding-keys": _COLLIDING_INTS + "{{ (keys - {}.keys())|length }}",
+    "dict-literal-of-colliding-keys": (
+        "{% set b = 10 ** 15000 * 2305843009213693951 %}{% set m = 2305843009213693951 %}{{ {"
+        + ", ".join(f"b + {i} * m: 0" for i in range(1500))
+        + "}|length }}"
+    ),
+}
+
+
+# pytest-timeout's default signal cannot interrupt a C call either; the thread method ends the run instead.
+@pytest.mark.timeout(120, method="thread")
+@pytest.mark.parametrize("template", list(C_LEVEL_WORK.values()), ids=list(C_LEVEL_WORK))
+def test_long_c_level_work_is_refused_before_it_runs(template: str) -> None:
+    # A generous deadline, so that building the operands never stops these first.
+    started = time.perf_counter()
+    result = render_chat(template, CONVERSATION, time_limit_s=10.0)
+    elapsed = time.perf_counter() - started
+    _assert_fallback(result)
+    assert "longer than" not in result.note, "refused before running, not stopped by the deadline"
+    assert elapsed < 10.0
+
+
+# Keeps 4 MB more at each step: each step is small and quick, so neither the size caps nor the deadline stop
+# it before it has taken gigabytes.
+HOARDER = (
+    "{% set ns = namespace(l=[]) %}"
+    "{% for i in range(99999) %}{% set ns.l = ns.l + ['x' * 4000000] %}{% endfor %}"
+)
+
+
+def test_a_template_that_keeps_what_it_builds_is_stopped_by_the_memory_limit() -> None:
+    _assert_fallback(render_chat(HOARDER, CONVERSATION), "needs too much memory: over 128 MiB")
+
+
+def test_the_memory_limit_is_a_parameter() -> None:
+    assert "over 32 MiB" in render_chat(HOARDER, CONVERSATION, max_memory_bytes=32 << 20).note
+    keeps_99_mb = HOARDER.replace("range(99999)", "range(99)").replace("4000000", "1000000")
+    assert render_chat(keeps_99_mb, CONVERSATION).source == "gguf"
+
+
+def test_comparisons_hashing_and_splitting_in_real_templates_still_work() -> None:
+    template = (
+        "{% for m in messages %}"
+        "{% if m in messages[1:] and 'role' in m and m.role in ['user', 'assistant'] %}"
+        "{{ m.role[0] }}{% endif %}"
+        "{% if loop.changed(m.role) %}*{% endif %}{% endfor %}|"
+        "{{ messages|selectattr('role', 'equalto', 'user')|list|length }}|"
+        "{{ messages|map(attribute='role')|unique|list|join(',') }}|"
+        "{{ (messages|map(attribute='content')|list).index('Hi') }}|"
+        "{{ {1: 'a'}[1] }}{{ dict(b=2).b }}{{ ('a', 'b') in {('a', 'b'): 1} }}"
+        "{{ messages[0] == messages[0] }}|"
+        "{{ ['b', 'a']|sort|join }}{{ [3, 1]|max }}{{ [1, 2]|sum }}{{ messages|map(attribute='role')|min }}|"
+        "{{ 'a<b>c'.split('<')|length }}{{ ' x '.strip() }}{{ '--x--'|trim('-') }}"
+        "{{ 'a\nb'.splitlines()|length }}|"
+        "{{ {'a': [1, 2]}|tojson(separators=(',', ':')) }}|{{ (strftime_now('%Y-%m-%d')|length) }}"
+    )
+    result = render_chat(template, CONVERSATION)
+    assert result.note == ""
+    assert result.text == '*u*a*u*|2|system,user,assistant|1|a2TrueTrue|ab33assistant|2xx2|{"a":[1,2]}|10'
 
 
 # --- the trace function ---------------------------------------------------------------------------------

@@ -36,7 +36,18 @@ TEMPLATES = {
         "{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}"
     ),
     "output of billions of characters": "{% for i in range(99999) %}{{ 'x' * 99999 }}{% endfor %}",
+    "gigabytes kept in memory": (
+        "{% set ns = namespace(l=[]) %}"
+        "{% for i in range(99999) %}{% set ns.l = ns.l + ['x' * 4000000] %}{% endfor %}"
+    ),
+    # One comparison, exponential in the nesting depth, inside a single C call no deadline can interrupt.
+    "a comparison that runs for centuries": (
+        "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
+        "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}"
+    ),
 }
+# What the status must say for attacks that another limit would also stop, later and less clearly.
+REASONS = {"gigabytes kept in memory": "it needs too much memory"}
 
 
 class Statuses(TurnCallbacks):
@@ -72,6 +83,7 @@ def test_hostile_templates_cannot_run_code_or_hang_a_turn(
         ready = statuses.seen[-1]
         assert ready.state == "ready"
         assert "The model's chat template failed" in ready.detail, attack
+        assert REASONS.get(attack, "") in ready.detail, (attack, ready.detail)
         assert ready.detail.endswith("using the ChatML format."), attack
         assert not sentinel.exists(), f"{attack}: the template ran a command"
         fault(
