@@ -24,6 +24,7 @@ from inference.ggml_backends import (
 )
 from inference.protocol import (
     ChatMessage,
+    CheckingTemplate,
     CountTokensRequest,
     ErrorKind,
     Failed,
@@ -41,10 +42,11 @@ from inference.runner import SHUTDOWN, runner_main
 log = logging.getLogger("hearth.client")
 
 # Loading a multi-GB model from a cold disk can take minutes; a wedged runner is caught by its death, not
-# by this limit, so it is generous.
+# by this limit, so it is generous. It ends where the runner says it checks the chat template.
 LOAD_TIMEOUT_S = 600.0
-# Rendering runs template code from the model file. The sandbox bounds it, but a C-level operation inside
-# Python cannot be interrupted there, so the runner itself is the last line: no answer in time, it is killed.
+# Rendering runs template code from the model file, for every request and once at load. The sandbox bounds
+# it, but a C-level operation inside Python cannot be interrupted there, so the runner itself is the last
+# line: no answer in time, it is killed.
 PROMPT_TIMEOUT_S = 30.0
 # An illegal instruction means the CPU kernels use an instruction this CPU (or its VM) does not run. A
 # segfault or bus error says the same only before the runner's first reply is done (AMX without its tile
@@ -58,6 +60,10 @@ class RunnerError(Exception):
         super().__init__(message)
         self.kind = kind
         self.message = message
+
+
+class _NoAnswer(RunnerError):
+    """The runner did not answer in time and was killed; the caller says what it was waiting for."""
 
 
 def _describe_exit(code: int | None) -> str:
@@ -205,11 +211,20 @@ class RunnerClient:
         return ""
 
     def _receive(self, timeout: float | None) -> object:
-        """Wait for the next message, or for the runner to die; a dead runner raises RUNNER_CRASHED."""
+        """Wait for the next message, or for the runner to die; a dead runner raises RUNNER_CRASHED.
+
+        A runner that does not answer within `timeout` is killed, and _NoAnswer raised: given up on, it
+        would otherwise go on spinning in a template or in llama.cpp, holding a core and its memory, and
+        answer the next request with the reply to this one.
+        """
         assert self._conn is not None and self._process is not None
         ready = wait([self._conn, self._process.sentinel], timeout)
         if not ready:
-            raise RunnerError(ErrorKind.RUNNER_CRASHED, "the model runner stopped responding")
+            log.warning("no answer from the runner (pid %s) in %g s; stopping it", self._process.pid, timeout)
+            self.kill()
+            self._reap()
+            self._exit_signal = None  # stopped by Hearth, not by the CPU
+            raise _NoAnswer(ErrorKind.RUNNER_CRASHED, "the model runner stopped responding")
         if self._conn in ready or self._conn.poll():
             try:
                 return self._conn.recv()
@@ -251,7 +266,22 @@ class RunnerClient:
         self._plan = plan
         self._loaded = None
         self._send(LoadRequest(plan))
-        reply = self._receive(LOAD_TIMEOUT_S)
+        try:
+            reply = self._receive(LOAD_TIMEOUT_S)
+            if isinstance(reply, CheckingTemplate):
+                try:
+                    reply = self._receive(self._prompt_timeout_s)
+                except _NoAnswer as exc:
+                    raise RunnerError(
+                        exc.kind,
+                        f"Checking the model's chat template took longer than {self._prompt_timeout_s:g} s "
+                        "(it may loop forever); the model runner was stopped.",
+                    ) from exc
+        except _NoAnswer as exc:
+            raise RunnerError(
+                exc.kind,
+                f"Loading the model took longer than {LOAD_TIMEOUT_S:g} s; the model runner was stopped.",
+            ) from exc
         if isinstance(reply, Failed):
             raise RunnerError(reply.kind, reply.message)
         assert isinstance(reply, Loaded)
@@ -308,17 +338,14 @@ class RunnerClient:
         while True:
             try:
                 event = self._receive(None if prompt_ready else self._prompt_timeout_s)
+            except _NoAnswer as exc:
+                message = (
+                    f"Preparing the prompt took longer than {self._prompt_timeout_s:g} s (the "
+                    "model's chat template may loop forever); the model runner was stopped."
+                )
+                yield Failed(request.request_id, exc.kind, message)
+                return None
             except RunnerError as exc:
-                if not prompt_ready and self.alive:
-                    self.kill()
-                    self._reap()
-                    self._exit_signal = None  # stopped by Hearth, not by the CPU
-                    message = (
-                        f"Preparing the prompt took longer than {self._prompt_timeout_s:g} s (the "
-                        "model's chat template may loop forever); the model runner was stopped."
-                    )
-                    yield Failed(request.request_id, exc.kind, message)
-                    return None
                 return _Interrupted(exc, prompt_ready, streamed)
             if isinstance(event, PromptReady):
                 prompt_ready = True
@@ -346,16 +373,12 @@ class RunnerClient:
             self._send(request)
             try:
                 reply = self._receive(self._prompt_timeout_s)
-            except RunnerError as exc:
-                if self.alive:
-                    self.kill()
-                    self._reap()
-                    raise RunnerError(
-                        exc.kind,
-                        f"Counting the prompt took longer than {self._prompt_timeout_s:g} s (the model's "
-                        "chat template may loop forever); the model runner was stopped.",
-                    ) from exc
-                raise
+            except _NoAnswer as exc:
+                raise RunnerError(
+                    exc.kind,
+                    f"Counting the prompt took longer than {self._prompt_timeout_s:g} s (the model's "
+                    "chat template may loop forever); the model runner was stopped.",
+                ) from exc
             if isinstance(reply, Failed):
                 raise RunnerError(reply.kind, reply.message)
             assert isinstance(reply, TokenCount) and reply.request_id == request.request_id

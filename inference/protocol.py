@@ -132,6 +132,12 @@ class Loaded:
 
 
 @dataclass(frozen=True)
+class CheckingTemplate:
+    """Sent during a load once llama.cpp has loaded the model, just before the runner first renders its chat
+    template: from here the client waits only as long as for a prompt, not as long as for a load."""
+
+
+@dataclass(frozen=True)
 class PromptReady:
     """The prompt is rendered and tokenized: template code from the model file is done running."""
 

@@ -27,6 +27,7 @@ from inference.gguf import GGUFError, read_header
 from inference.llama_memory import LlamaLog, gpu_used_bytes
 from inference.protocol import (
     ChatMessage,
+    CheckingTemplate,
     CountTokensRequest,
     ErrorKind,
     Failed,
@@ -231,6 +232,8 @@ class Runner:
             add_bos=model.add_bos_token(),
             vocab=vocab,
         )
+        # Template code from the model file runs from here on: the client's prompt watchdog takes over.
+        self._send(CheckingTemplate())
         probe = render_chat(self._model.template, ())
         memory = buffers.buffer_sizes() or {"weights": int(llama_cpp.llama_model_size(model.model))}
         gpu_after = gpu_used_bytes() if gpu_before is not None else None

@@ -5,16 +5,28 @@ A runner killed mid-reply is in tests/reliability/test_inference_faults.py, with
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
+import inference.client
 from app.core import Core
 from app.engine import ChatEngine, ModelStatus, TurnCallbacks
 from app.errors import HearthError
+from inference.chat_template import FALLBACK_SOURCE
 from inference.client import RunnerClient, RunnerError
-from inference.protocol import ChatMessage, ErrorKind, LoadPlan, LoadRequest, SamplingParams
+from inference.protocol import (
+    ChatMessage,
+    ErrorKind,
+    Finished,
+    GenerateRequest,
+    LoadPlan,
+    LoadRequest,
+    SamplingParams,
+)
 from inference.runner import Runner, StopWindow, _prompt_tokens
 from tests.conftest import starter_name
 from tests.model_files import with_chat_template
@@ -196,8 +208,9 @@ def test_runner_that_does_not_finish_the_prompt_in_time_is_stopped(
     from inference.protocol import ChatMessage, Failed, GenerateRequest
 
     # The sandbox ends this loop after its own time limit (1 s); a watchdog shorter than that stands in for
-    # a template stuck in C code, which the sandbox could not interrupt.
-    looping = "{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}"
+    # a template stuck in C code, which the sandbox could not interrupt. It loops only for a real request,
+    # not for the check at load (see the next test).
+    looping = LOOPING.replace("{% for a", "{% for m in messages %}{% for a") + "{% endfor %}"
     model = with_chat_template(starter_model, tmp_path / "looping.gguf", looping)
     client = RunnerClient(tmp_path / "runner.log", prompt_timeout_s=0.3)
     try:
@@ -209,6 +222,111 @@ def test_runner_that_does_not_finish_the_prompt_in_time_is_stopped(
         assert not client.alive
         client.load(_plan(starter_model))  # the next message starts a fresh runner
         assert client.alive
+    finally:
+        client.close()
+
+
+LOOPING = "{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}"
+
+
+def _running_runners() -> set[int]:
+    """The runner processes this process has started that are still running."""
+    pids = set()
+    for child in psutil.Process().children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
+                pids.add(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return pids
+
+
+def test_a_chat_template_that_hangs_the_load_is_stopped_by_the_prompt_watchdog(
+    tmp_path: Path, starter_model: Path
+) -> None:
+    # The check at load renders the template too: as for a request, a watchdog shorter than the sandbox's
+    # own limit stands in for a template stuck in C code.
+    model = with_chat_template(starter_model, tmp_path / "looping.gguf", LOOPING)
+    client = RunnerClient(tmp_path / "runner.log", prompt_timeout_s=0.3)
+    before = _running_runners()
+    try:
+        with pytest.raises(RunnerError) as info:
+            client.load(_plan(model))
+        assert _running_runners() <= before, "the runner given up on must not be left spinning"
+        assert not client.alive
+        assert info.value.kind is ErrorKind.RUNNER_CRASHED
+        assert "Checking the model's chat template took longer than 0.3 s" in info.value.message
+    finally:
+        client.close()
+
+
+def test_a_load_that_times_out_stops_the_runner(
+    tmp_path: Path, starter_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Shorter than starting a runner takes: the load cannot finish in time.
+    monkeypatch.setattr(inference.client, "LOAD_TIMEOUT_S", 0.001)
+    client = RunnerClient(tmp_path / "runner.log")
+    before = _running_runners()
+    try:
+        with pytest.raises(RunnerError) as info:
+            client.load(_plan(starter_model))
+        assert _running_runners() <= before, "the runner given up on must not be left spinning"
+        assert not client.alive
+        assert info.value.kind is ErrorKind.RUNNER_CRASHED
+        assert "Loading the model took longer than 0.001 s" in info.value.message
+    finally:
+        client.close()
+
+
+class _PeakMemory:
+    """Samples a process's resident memory from a thread until stopped; keeps the highest reading."""
+
+    def __init__(self, pid: int) -> None:
+        self._process = psutil.Process(pid)
+        self.peak = self._process.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="peak-memory")
+
+    def __enter__(self) -> _PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            try:
+                self.peak = max(self.peak, self._process.memory_info().rss)
+            except psutil.Error:
+                return
+
+
+def test_a_chat_template_that_hoards_memory_is_stopped_and_the_runner_survives(
+    tmp_path: Path, starter_model: Path
+) -> None:
+    # 4 MB more kept at each step: ~1 GB within the sandbox's 1 s before memory was capped.
+    hoarder = (
+        "{% set ns = namespace(l=[]) %}"
+        "{% for i in range(99999) %}{% set ns.l = ns.l + ['x' * 4000000] %}{% endfor %}"
+    )
+    model = with_chat_template(starter_model, tmp_path / "hoarder.gguf", hoarder)
+    client = RunnerClient(tmp_path / "runner.log")
+    try:
+        client.load(_plan(starter_model))  # the same weights, so what the runner holds without the template
+        pid = client.pid
+        assert pid is not None
+        baseline = psutil.Process(pid).memory_info().rss
+        with _PeakMemory(pid) as memory:
+            loaded = client.load(_plan(model))
+        grown_mib = (memory.peak - baseline) / 2**20
+        assert grown_mib < 300, f"the runner grew by {grown_mib:.0f} MiB while rendering"
+        assert loaded.template_source == FALLBACK_SOURCE
+        assert "The model's chat template failed (it needs too much memory" in loaded.template_note
+        assert client.alive and client.pid == pid
+        events = list(client.generate(GenerateRequest("r1", (ChatMessage("user", "Hello"),), GREEDY)))
+        assert isinstance(events[-1], Finished)
     finally:
         client.close()
 
