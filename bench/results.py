@@ -17,12 +17,16 @@ README = ROOT / "README.md"
 
 
 def commit() -> str:
-    """The commit measured, with `+dirty` when the tree had uncommitted changes."""
+    """The commit measured, with `+dirty` when the tree had uncommitted changes (other than the results
+    themselves: the README's tables and docs/bench/ from an earlier run)."""
     head = subprocess.run(
         ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
     )
     dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, check=True
+        ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!README.md", ":!docs/bench"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
     )
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
