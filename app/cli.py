@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from app.downloads import DownloadProgress
     from app.hub import HubClient, RemoteModel, RepoListing, UpdateCheck
     from app.model_ops import FileFit, RepoAssessment
+    from app.servers import ServerRegistry
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -951,17 +952,22 @@ class _StreamToStdout(TurnCallbacks):
             self._thinking_open = False
 
 
-def cmd_chat(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from app.servers import ServerRegistry
-
-    engine = ChatEngine(
+def _chat_engine(core: Core, servers: ServerRegistry | None = None) -> ChatEngine:
+    """The engine a command runs, with the runner's log and the CPU kernels learned on this machine."""
+    return ChatEngine(
         core.store,
         core.library,
         core.settings,
         runner_log=core.paths.runner_log_file,
         cpu_kernels_file=core.paths.cpu_kernels_file,
-        servers=ServerRegistry(core.paths.home),
+        servers=servers,
     )
+
+
+def cmd_chat(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from app.servers import ServerRegistry
+
+    engine = _chat_engine(core, servers=ServerRegistry(core.paths.home))
     # The options given win over the conversation's settings, which win over the model's and the global ones.
     defaults = engine.sampling_for(args.conversation, args.model)
     overrides = {
@@ -1017,13 +1023,7 @@ def cmd_serve(core: Core, args: argparse.Namespace, err: TextIO) -> NoReturn:
     from app.local_server import LocalServer, get_or_create_api_key
     from app.secrets import SecretStore
 
-    engine = ChatEngine(
-        core.store,
-        core.library,
-        core.settings,
-        runner_log=core.paths.runner_log_file,
-        cpu_kernels_file=core.paths.cpu_kernels_file,
-    )
+    engine = _chat_engine(core)
     try:
         name = args.model
         if name is None:
