@@ -166,7 +166,11 @@ def test_the_token_appears_in_no_file_log_crash_report_or_error(
     qtbot.waitUntil(lambda: bool(hub.requests_to("/api/models/")), timeout=WAIT_MS)
 
     def shown_now() -> list[str]:
-        return [panel.repoMessage.text(), panel.searchStatus.text(), session.window.statusBar().currentMessage()]
+        return [
+            panel.repoMessage.text(),
+            panel.searchStatus.text(),
+            session.window.statusBar().currentMessage(),
+        ]
 
     # "Searching…" shows first; the refusal replaces it once the answer is in.
     qtbot.waitUntil(
