@@ -133,10 +133,6 @@ _loaded: CpuKernels | None = None
 _load_lock = threading.Lock()
 
 
-def loaded_kernels() -> CpuKernels | None:
-    return _loaded
-
-
 def load_backends(variant: str | None = None, reason: str = "") -> CpuKernels:
     """Registers ggml's backends in this process, once: CUDA when its library is there, then one CPU variant.
 
@@ -161,7 +157,7 @@ def load_backends(variant: str | None = None, reason: str = "") -> CpuKernels:
             _loaded = CpuKernels(BUILT_IN, "this llama.cpp build has one CPU backend, built in")
             return _loaded
         # The GPU first, as ggml_backend_load_all() does: llama.cpp prefers devices in registration order.
-        cuda = next(iter(sorted(lib_dir.glob("libggml-cuda*"))), None)
+        cuda = next(iter(sorted(lib_dir.glob("*ggml-cuda*"))), None)
         if cuda is not None and not ggml.ggml_backend_load(str(cuda).encode()):
             log.info("the CUDA backend did not load (no CUDA runtime or driver): llama.cpp runs on the CPU")
         _loaded = _load_cpu_variant(ggml, lib_dir, variant or os.environ.get(VARIANT_ENV) or None, reason)
