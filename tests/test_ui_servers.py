@@ -529,6 +529,9 @@ def test_markup_in_a_servers_error_and_a_bundles_path_is_shown_literally(
         session = gui.open(resolve_home(), preload_model=False)
         window = session.window
         qtbot.waitUntil(lambda: "lab: cannot list its models" in picker_texts(window), timeout=WAIT_MS)
+        index = picker_texts(window).index("lab: cannot list its models")
+        picker_tip = window.modelPicker.itemData(index, Qt.ItemDataRole.ToolTipRole)
+        assert HOSTILE_ERROR in shown_tooltip(picker_tip).toPlainText()
         dialog = open_manager(qtbot, window)
         select(dialog, "lab")
         (item,) = dialog.serverList.findItems("lab", Qt.MatchFlag.MatchExactly, NAME)

@@ -80,7 +80,7 @@ from ui.provenance import ProvenanceDialog
 from ui.safe_browser import ConfirmOpen, OpenUrl, confirm_open_url
 from ui.search_panel import SearchPanel
 from ui.server_dialog import ServerAdded, ServerDialog
-from ui.servers_panel import ModelPicker, ServersDialog, unavailable_text
+from ui.servers_panel import ModelPicker, ServersDialog, plain_tooltip, unavailable_text
 from ui.settings_panel import PresetChoice, SettingsPanel
 from ui.status_line import describe_gpu
 from ui.theme import THEME_CHOICES, Theme, palette, resolve_theme, stylesheet
@@ -1261,7 +1261,10 @@ class MainWindow(QMainWindow):
             if listing.error is not None:
                 reason = unavailable_text(listing.error_kind)
                 picker.addItem(f"{listing.server.name}: {reason}", None)
-                picker.setItemData(picker.count() - 1, listing.error, Qt.ItemDataRole.ToolTipRole)
+                # The server's own words: shown as written, never as markup.
+                picker.setItemData(
+                    picker.count() - 1, plain_tooltip(listing.error), Qt.ItemDataRole.ToolTipRole
+                )
                 item = cast(QStandardItemModel, picker.model()).item(picker.count() - 1)
                 item.setEnabled(False)
             for remote in listing.models:
