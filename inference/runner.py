@@ -409,9 +409,9 @@ def _decode(model: _Model, tokens: list[int]) -> None:
     """Prompt processing in batches of n_batch; positions continue from what the cache holds.
 
     The last token is decoded on its own: the first reply token is sampled from its logits, and ggml's
-    batched kernels round differently from its single-token ones (by up to 0.6 in a logit with AVX2, from
-    32 tokens on). Alone, it gives the same logits whether the cache held all the prompt but that token or
-    none of it: the same seed gives the same reply.
+    batched kernels can round differently from its single-token ones (with the AVX2 kernels, by up to 0.6 in
+    a logit for some batch sizes: 16 and 35 tokens, not 24 or 32). Alone, it gives the same logits whether
+    the cache held all the prompt but that token or none of it: the same seed gives the same reply.
     """
     import llama_cpp
 
