@@ -49,7 +49,8 @@ from inference.protocol import (
 
 log = logging.getLogger("hearth.engine")
 
-# The streaming reply is written to the database this often, so a crash loses at most this much text.
+# The streaming reply is written to the database when its first text arrives (before that text is shown)
+# and then this often, so a crash loses at most the text shown since the last write.
 FLUSH_INTERVAL_S = 0.3
 FINAL_WRITE_ATTEMPTS = 5
 FINAL_WRITE_BACKOFF_S = 0.5
@@ -738,16 +739,21 @@ class ChatEngine:
         """Stream the reply from `events` (the runner's or a server's) into the database, split into answer
         and reasoning by `reply`. `note` is what the overflow policy left out of the prompt."""
         last_flush = time.monotonic()
+        first_text_written = False
         outcome: Finished | Failed | None = None
         for event in events:
             if isinstance(event, PromptReady):
                 reply.parser.after_prompt(event.prompt_end)
             elif isinstance(event, TokenDelta):
-                self._relay(assistant_id, reply.feed(event.text), event.n_tokens, callbacks)
+                split = reply.feed(event.text)
                 now = time.monotonic()
-                if now - last_flush >= FLUSH_INTERVAL_S:
+                first = not first_text_written and bool(split.answer or split.reasoning)
+                # The first text is written before it is shown: after a crash, a reply the user saw any of
+                # is not stored empty (unless the disk refused that write).
+                if first or now - last_flush >= FLUSH_INTERVAL_S:
                     self._flush(assistant_id, reply)
-                    last_flush = now
+                    first_text_written, last_flush = first_text_written or first, now
+                self._relay(assistant_id, split, event.n_tokens, callbacks)
             else:
                 outcome = event
         self._relay(assistant_id, reply.finish(), 0, callbacks)

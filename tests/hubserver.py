@@ -14,7 +14,8 @@ What huggingface_hub 2.4 sends and reads (from its source):
 
 Faults (see `Faults`): drop the connection after N body bytes (K times), ignore Range, flip a byte (right
 size, wrong bytes), stall, redirect file bytes to a second server (another origin: the "CDN"),
-401/403/429/5xx answers, and a gzip bomb for API answers. Every request is recorded with its headers.
+401/403/429/5xx answers, and a gzip bomb for API answers. Every request is recorded with its headers, and
+every file body with how much of it was sent (`bodies`).
 
 `HubServer(tls=...)` serves https with a certificate from a throwaway CA (`throwaway_tls`); the `hub` fixture
 (`serve_hub`) is such a server, standing in for the public Hub.
@@ -192,6 +193,16 @@ class Faults:
 
 
 @dataclass(frozen=True)
+class SentBody:
+    """Bytes `start` to `start + sent` of the file with this SHA-256, sent in answer to one request."""
+
+    sha256: str
+    start: int
+    sent: int
+    at: float
+
+
+@dataclass(frozen=True)
 class Recorded:
     server: str
     method: str
@@ -251,6 +262,7 @@ class HubServer:
         self.valid_tokens: set[str] = set()
         self.granted: dict[str, set[str]] = {}  # gated repo → tokens whose account accepted the licence
         self.requests: list[Recorded] = []
+        self.bodies: list[SentBody] = []
         self.page_size = 1000
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
@@ -315,6 +327,7 @@ class HubServer:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    _body_sent = 0
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -537,9 +550,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if method == "HEAD" or length == 0:
             return
-        self._send_body(file, start, length)
+        self._body_sent = 0
+        try:
+            self._send_body(file, start, length)
+        finally:
+            with self.hub._lock:
+                self.hub.bodies.append(SentBody(file.sha256, start, self._body_sent, time.monotonic()))
 
     def _send_body(self, file: ServedFile, start: int, length: int) -> None:
+        """Sends the body, counting in `_body_sent` what the socket took, until it ends or fails."""
         faults = self.hub.faults
         cut = faults.drop_after if faults.drops > 0 and faults.drop_after is not None else None
         if cut is not None and cut >= length:
@@ -552,7 +571,7 @@ class _Handler(BaseHTTPRequestHandler):
             plain = not isinstance(self.connection, ssl.SSLSocket)  # TLS's sendfile sends 8 KiB at a time
             if cut is None and stall is None and flip is None and rate is None and file.path and plain:
                 # The fast path, so the server is not what a throughput benchmark measures.
-                self.connection.sendfile(source, start, length)
+                self._body_sent = self.connection.sendfile(source, start, length)
                 return
             source.seek(start)
             sent, began = 0, time.monotonic()
@@ -572,6 +591,7 @@ class _Handler(BaseHTTPRequestHandler):
                     chunk[flip - start - sent] ^= 0xFF
                 self.wfile.write(chunk)
                 sent += len(chunk)
+                self._body_sent = sent
                 if cut is not None and sent >= cut:
                     with self.hub._lock:
                         faults.drops -= 1

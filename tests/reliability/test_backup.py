@@ -19,7 +19,7 @@ from app.conversations import ConversationStore
 from app.db import Database
 from app.errors import HearthError
 from app.paths import HearthPaths
-from tests.reliability.conftest import RecordFault
+from tests.reliability.conftest import RecordFault, bytes_missing, messages_missing
 
 CATEGORY = "Backups"
 
@@ -53,6 +53,12 @@ def contents(paths: HearthPaths, conversation_id: int) -> list[str]:
         return [m.content for m in ConversationStore(db).list_messages(conversation_id)]
     finally:
         db.dispose()
+
+
+def texts_in(path: Path) -> list[str]:
+    """Every message's text in a database file, read-only."""
+    with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+        return [row[0] for row in conn.execute("SELECT content FROM messages ORDER BY id")]
 
 
 def integrity(path: Path) -> str:
@@ -91,17 +97,26 @@ def test_backup_and_restore_round_trip_keeps_the_replaced_database(
     db = Database.open(paths.db_path, paths.backups_dir)
     ConversationStore(db).add_message(conversation_id, "user", "written after the backup")
     db.dispose()
+    before = texts_in(paths.db_path)
 
     code, out, err = run("restore", str(backup))
     assert (code, err) == (0, ""), err
-    assert contents(paths, conversation_id) == texts
     # The database the restore replaced was itself backed up first: nothing is lost either way.
     replaced = [b.path for b in list_backups(paths) if "pre-restore" in b.path.name]
+    missing = messages_missing(before, [t for p in replaced for t in texts_in(p)])
+    fault(
+        CATEGORY,
+        "restore over a newer database",
+        trials=1,
+        outcome="backup restored, replaced DB kept",
+        lost={"messages": missing},
+    )
+    assert missing == 0
+    assert contents(paths, conversation_id) == texts
     assert len(replaced) == 1 and str(replaced[0]) in out
     assert integrity(replaced[0]) == "ok"
     with closing(sqlite3.connect(replaced[0])) as conn:
         assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == len(texts) + 1
-    fault(CATEGORY, "restore over a newer database", trials=1, outcome="backup restored, replaced DB kept")
 
 
 def test_backup_to_a_chosen_file_or_folder(paths: HearthPaths, tmp_path: Path) -> None:
@@ -121,33 +136,42 @@ def test_backup_while_a_reply_is_being_written_is_consistent(paths: HearthPaths,
     db = Database.open(paths.db_path, paths.backups_dir)
     store = ConversationStore(db)
     stop = threading.Event()
+    committed = ["start"]
 
     def write() -> None:
         n = 0
         while not stop.is_set():
             n += 1
-            store.add_message(conversation_id, "user", f"concurrent {n} " + "y" * 2000)
+            text = f"concurrent {n} " + "y" * 2000
+            store.add_message(conversation_id, "user", text)
+            committed.append(text)
 
     writer = threading.Thread(target=write)
     writer.start()
-    copies = []
+    # Each copy with the messages committed before it began: all of them must be in it.
+    copies: list[tuple[Path, list[str]]] = []
     try:
         for _ in range(10):
-            copies.append(create_backup(paths))
+            before = list(committed)
+            copies.append((create_backup(paths), before))
     finally:
         stop.set()
         writer.join()
         db.dispose()
-    for copy in copies:
-        assert integrity(copy) == "ok"
-        with closing(sqlite3.connect(copy)) as conn:
-            rows = conn.execute("SELECT content FROM messages ORDER BY id").fetchall()
-        # A prefix of what was written: whole messages only, none torn.
-        assert rows[0] == ("start",)
-        assert all(r[0].startswith("concurrent ") and len(r[0]) > 2000 for r in rows[1:])
+    missing = sum(messages_missing(before, texts_in(copy)) for copy, before in copies)
     fault(
-        CATEGORY, "backup during continuous writes", trials=len(copies), outcome="consistent, verified copy"
+        CATEGORY,
+        "backup during continuous writes",
+        trials=len(copies),
+        outcome="consistent, verified copy",
+        lost={"messages": missing},
     )
+    assert missing == 0
+    for copy, _ in copies:
+        assert integrity(copy) == "ok"
+        rows = texts_in(copy)
+        # A prefix of what was written: whole messages only, none torn.
+        assert rows == committed[: len(rows)]
 
 
 def make_bad_backups(paths: HearthPaths, tmp_path: Path) -> dict[str, Path]:
@@ -186,16 +210,22 @@ def test_bad_backups_are_refused_with_exit_3_and_change_nothing(
     }
     bad = make_bad_backups(paths, tmp_path)
     listed = list_backups(paths)
-    for kind, path in bad.items():
-        code, out, err = run("restore", str(path))
+    answers = {kind: run("restore", str(path)) for kind, path in bad.items()}
+    missing = messages_missing(["keep", "me"], contents(paths, conversation_id))
+    fault(
+        CATEGORY,
+        "restore of a bad backup (5 kinds)",
+        trials=len(bad),
+        outcome="exit 3, database unchanged",
+        lost={"messages": missing},
+    )
+    assert missing == 0
+    for kind, (code, out, err) in answers.items():
         assert (code, out) == (3, ""), kind
         assert expected[kind] in err and err.count("\n") == 1, (kind, err)
     assert digest(paths.db_path) == before
     assert list_backups(paths) == listed
     assert contents(paths, conversation_id) == ["keep", "me"]
-    fault(
-        CATEGORY, "restore of a bad backup (5 kinds)", trials=len(bad), outcome="exit 3, database unchanged"
-    )
 
 
 def test_restore_refuses_while_the_window_holds_the_lock(paths: HearthPaths, fault: RecordFault) -> None:
@@ -207,11 +237,19 @@ def test_restore_refuses_while_the_window_holds_the_lock(paths: HearthPaths, fau
     window_lock = FileLock(paths.instance_lock)
     with window_lock:
         code, _, err = run("restore", str(backup))
-        assert code == 3 and "Hearth is running" in err
+    missing = messages_missing(["before", "after"], contents(paths, conversation_id))
+    fault(
+        CATEGORY,
+        "restore while the window runs",
+        trials=1,
+        outcome="refused, exit 3",
+        lost={"messages": missing},
+    )
+    assert missing == 0
+    assert code == 3 and "Hearth is running" in err
     assert contents(paths, conversation_id) == ["before", "after"]
     assert run("restore", str(backup))[0] == 0
     assert contents(paths, conversation_id) == ["before"]
-    fault(CATEGORY, "restore while the window runs", trials=1, outcome="refused, exit 3")
 
 
 def test_restore_over_a_damaged_database_moves_it_aside(paths: HearthPaths, fault: RecordFault) -> None:
@@ -222,8 +260,18 @@ def test_restore_over_a_damaged_database_moves_it_aside(paths: HearthPaths, faul
     with pytest.raises(HearthError, match="damaged"):
         create_backup(paths)
     result = restore_backup(paths, backup)
-    assert result.previous_damaged and result.previous is not None
+    missing = messages_missing(["saved", "in the backup"], contents(paths, conversation_id))
     # Never deleted: the damaged file is kept whole for whatever can still be salvaged from it.
+    kept = result.previous.read_bytes() if result.previous is not None else b""
+    gone = bytes_missing(damaged_bytes, kept)
+    fault(
+        CATEGORY,
+        "restore over a damaged database",
+        trials=1,
+        outcome="restored; damaged file kept",
+        lost={"messages": missing, "bytes": gone},
+    )
+    assert missing == 0 and gone == 0
+    assert result.previous_damaged and result.previous is not None
     assert result.previous.read_bytes() == damaged_bytes
     assert contents(paths, conversation_id) == ["saved", "in the backup"]
-    fault(CATEGORY, "restore over a damaged database", trials=1, outcome="restored; damaged file kept")

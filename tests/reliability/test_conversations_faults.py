@@ -12,9 +12,11 @@ import os
 import random
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 import app.engine as engine_module
-from app.backup import create_backup
+from app.backup import create_backup, list_backups
 from app.cli import main as cli_main
 from app.conversations import ConversationStore
 from app.core import Core
@@ -32,7 +34,7 @@ from app.db import Database
 from app.engine import ChatEngine, TurnCallbacks
 from app.errors import ReplyNotSaved
 from app.paths import HearthPaths
-from tests.reliability.conftest import RecordFault
+from tests.reliability.conftest import RecordFault, characters_missing, messages_missing
 from tests.ui_fixtures import GuiSessions, click
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,63 +191,103 @@ def test_kill_9_at_random_moments_while_streaming(
     core.close()
     rng = random.Random(20261129)
     expected: dict[int, list[Row]] = {}
-    outcomes = {"before the reply": 0, "partial reply kept": 0, "finished first": 0}
-    conversation_id = 0
-    for trial in range(KILL_TRIALS):
-        if trial % TRIALS_PER_CONVERSATION == 0:
-            core = Core.open(paths)
-            conversation_id = core.store.create_conversation(f"Kill trials from {trial}").id
-            core.close()
-            expected[conversation_id] = []
-        phase = PHASES[trial % len(PHASES)]
-        thing = rng.choice(["fruit", "colour", "river", "tool"])
-        # Long enough an answer that most kills land while it streams.
-        prompt = f"Trial {trial}: describe a {thing} in a few sentences."
-        argv = ["chat", "--home", str(paths.home), "--model", model, "--conversation", str(conversation_id)]
-        argv += ["--max-tokens", str(MAX_TOKENS), "--seed", str(rng.randint(0, 999)), prompt]
-        chat = zygote.run_and_kill(argv, phase, rng)
+    trials: list[dict[str, int | str]] = []
+    earlier_missing = 0
+    try:
+        conversation_id = 0
+        for trial in range(KILL_TRIALS):
+            if trial % TRIALS_PER_CONVERSATION == 0:
+                core = Core.open(paths)
+                conversation_id = core.store.create_conversation(f"Kill trials from {trial}").id
+                core.close()
+                expected[conversation_id] = []
+            phase = PHASES[trial % len(PHASES)]
+            thing = rng.choice(["fruit", "colour", "river", "tool"])
+            # Long enough an answer that most kills land while it streams.
+            prompt = f"Trial {trial}: describe a {thing} in a few sentences."
+            argv = ["chat", "--home", str(paths.home), "--model", model]
+            argv += ["--conversation", str(conversation_id), "--max-tokens", str(MAX_TOKENS)]
+            argv += ["--seed", str(rng.randint(0, 999)), prompt]
+            chat = zygote.run_and_kill(argv, phase, rng)
 
-        # A fresh start, as after a crash: the check, marking the cut-off reply, then what the user sees.
-        core = Core.open(paths)
-        try:
-            assert core.db.quick_check() == "ok", f"trial {trial} ({phase})"
+            # A fresh start, as after a crash: the check, marking the cut-off reply, then what the user sees.
+            core = Core.open(paths)
+            try:
+                check = core.db.quick_check()
+                now = {other: rows(core.store, other) for other in expected}
+            finally:
+                core.close()
+            earlier_missing += sum(messages_missing(before, now[other]) for other, before in expected.items())
+            new = now[conversation_id][len(expected[conversation_id]) :]
+            # What the user saw: stdout up to the kill, less a character cut in half and the newline the
+            # command prints after a finished reply.
+            shown = chat.out.decode("utf-8", errors="ignore")
+            stored, status = (new[1][2], new[1][3]) if len(new) == 2 else ("", "")
+            if status == "complete" and shown == stored + "\n":
+                shown = stored
+            trials.append(
+                {"trial": trial, "kill point": phase, "killed": "yes" if chat.killed else "no",
+                 "outcome": kill_outcome(new, shown), "shown": len(shown), "stored": len(stored),
+                 "lost": characters_missing(shown, stored)}
+            )  # fmt: skip
+
+            assert check == "ok", f"trial {trial} ({phase})"
             for other, before in expected.items():
-                now = rows(core.store, other)
-                assert now[: len(before)] == before, f"trial {trial} ({phase}) changed earlier messages"
+                assert now[other][: len(before)] == before, (
+                    f"trial {trial} ({phase}) changed earlier messages"
+                )
                 if other != conversation_id:
-                    assert now == before
-            new = rows(core.store, conversation_id)[len(expected[conversation_id]) :]
-        finally:
-            core.close()
-        assert len(new) <= 2, new
-        if chat.reply_started is not None:
-            assert [r[1] for r in new] == ["user", "assistant"], f"trial {trial} ({phase}): {new}"
-        if new:
-            assert new[0][1:] == ("user", prompt, "complete")
-        if len(new) == 2:
-            _, role, content, status = new[1]
-            assert role == "assistant"
+                    assert now[other] == before
+            assert len(new) <= 2, new
+            if chat.reply_started is not None:
+                assert [r[1] for r in new] == ["user", "assistant"], f"trial {trial} ({phase}): {new}"
+            if new:
+                assert new[0][1:] == ("user", prompt, "complete")
             # Saved from what was streamed: never more than the user was shown, never other text.
-            assert chat.out.startswith(content.encode()), f"trial {trial}: {content!r} vs {chat.out!r}"
+            assert shown.startswith(stored), f"trial {trial}: {stored!r} vs {shown!r}"
             if status == "complete":
                 # Saved whole before the kill, or the process finished first.
-                assert chat.out.rstrip(b"\n") == content.encode()
-                outcomes["finished first"] += 1
-            else:
-                assert chat.killed
-                assert status == "interrupted", f"trial {trial} ({phase}): {status}"
-                outcomes["partial reply kept"] += 1
-        else:
-            outcomes["before the reply"] += 1
-        expected[conversation_id] += new
+                assert shown == stored, f"trial {trial}: {stored!r} vs {shown!r}"
+            elif len(new) == 2:
+                assert chat.killed and status == "interrupted", f"trial {trial} ({phase}): {status}"
+            # The first text is stored before it is shown: a reply the user saw any of is never stored empty.
+            assert stored or not shown, f"trial {trial} ({phase}): {shown!r} shown, nothing stored"
+            expected[conversation_id] += new
+    finally:
+        if trials:
+            record_kills(fault, trials, earlier_missing)
+    outcomes = Counter(str(t["outcome"]) for t in trials)
     # Most kills must land while the reply streams, or the trial proves little.
     assert outcomes["partial reply kept"] >= 0.4 * KILL_TRIALS, outcomes
-    summary = ", ".join(f"{n} {what}" for what, n in outcomes.items())
+    assert earlier_missing == 0
+
+
+def kill_outcome(new: list[Row], shown: str) -> str:
+    if len(new) < 2:
+        return "killed before the reply started"
+    if new[1][3] == "complete":
+        return "finished first"
+    return "partial reply kept" if shown else "killed before the first token"
+
+
+KILL_OUTCOMES = ("killed before the reply started", "killed before the first token", "partial reply kept")
+
+
+def record_kills(fault: RecordFault, trials: list[dict[str, int | str]], earlier_missing: int) -> None:
+    outcomes = Counter(str(t["outcome"]) for t in trials)
+    summary = ", ".join(f"{outcomes[what]} {what}" for what in (*KILL_OUTCOMES, "finished first"))
+    # Per kill that cut a reply short: what the user had seen of it that the database did not have.
+    losses = [int(t["lost"]) for t in trials if t["outcome"] in KILL_OUTCOMES[1:]]
     fault(
         CATEGORY,
         "app killed (SIGKILL) at random moments while streaming",
-        trials=KILL_TRIALS,
-        outcome=f"earlier messages intact, quick_check ok ({summary})",
+        trials=len(trials),
+        outcome=(
+            f"earlier messages intact, quick_check ok ({summary}); characters shown but not stored per kill "
+            f"mid-reply: median {statistics.median(losses or [0]):g}, max {max(losses, default=0)}"
+        ),
+        lost={"characters": sum(int(t["lost"]) for t in trials), "messages": earlier_missing},
+        per_trial=trials,
     )
 
 
@@ -307,7 +349,7 @@ def test_a_migration_killed_at_random_moments_loses_nothing(tmp_path: Path, faul
     rng = random.Random(5)
     pristine = tmp_path / "pristine.sqlite3"
     pristine.write_bytes(path.read_bytes())
-    states = []
+    states, missing = [], 0
     for _ in range(MIGRATION_KILLS):
         process = migrate_in_a_process(path, backups)
         time.sleep(rng.uniform(0.0, 1.0) * duration)
@@ -317,7 +359,7 @@ def test_a_migration_killed_at_random_moments_loses_nothing(tmp_path: Path, faul
         assert verdict == "ok"
         # Either the old schema with every message, or (killed after the commit) the new one with them all.
         assert version in ("0002", HEAD)
-        assert message_texts(path) == original
+        missing += messages_missing(original.items(), message_texts(path).items())
         states.append(version)
         if version == HEAD:
             # Finished before the kill: start the next trial from the old schema again.
@@ -333,13 +375,8 @@ def test_a_migration_killed_at_random_moments_loses_nothing(tmp_path: Path, faul
         }
     finally:
         database.dispose()
-    assert migrated == original
-    # Every attempt that got as far as migrating first left a verified backup of the old schema.
+    missing += messages_missing(original.items(), migrated.items())
     taken = sorted(backups.iterdir())
-    assert taken
-    for backup in taken:
-        assert file_state(backup) == ("ok", "0002")
-        assert message_texts(backup) == original
     fault(
         CATEGORY,
         f"migration of {len(original)} messages killed (SIGKILL) at random moments",
@@ -349,7 +386,15 @@ def test_a_migration_killed_at_random_moments_loses_nothing(tmp_path: Path, faul
             f"{len(states) - states.count('0002')} "
             f"finished first); all messages kept; {len(taken)} verified backups"
         ),
+        lost={"messages": missing},
     )
+    assert missing == 0
+    assert migrated == original
+    # Every attempt that got as far as migrating first left a verified backup of the old schema.
+    assert taken
+    for backup in taken:
+        assert file_state(backup) == ("ok", "0002")
+        assert message_texts(backup) == original
 
 
 def test_a_migration_that_fails_after_committing_is_restored_from_its_backup(
@@ -371,14 +416,17 @@ def test_a_migration_that_fails_after_committing_is_restored_from_its_backup(
     )
     with pytest.raises(DatabaseError, match="restored from the backup"):
         Database.open(path, backups)
-    assert file_state(path) == ("ok", HEAD)
-    assert message_texts(path) == original
+    missing = messages_missing(original.items(), message_texts(path).items())
     fault(
         CATEGORY,
         f"migration of {len(original)} messages failing after a partial commit",
         trials=1,
         outcome="restored from the verified backup taken first",
+        lost={"messages": missing},
     )
+    assert missing == 0
+    assert file_state(path) == ("ok", HEAD)
+    assert message_texts(path) == original
 
 
 # -- a damaged database ---------------------------------------------------------------------------------
@@ -451,12 +499,18 @@ def test_a_damaged_database_is_read_only_on_the_command_line(
     code, out, err = run_cli("conversations", "import", str(next(iter(exported.values()))))
     assert code == 3 and "damaged" in err and "hearth restore" in err and err.count("\n") == 1
     assert digest(paths.db_path) == before
+    # What the user still has: the conversations exported, and the backup taken before the damage.
+    salvaged = [m["content"] for p in exported.values() for m in json.loads(p.read_text())["messages"]]
+    backed_up = [t for b in list_backups(paths) for t in message_texts(b.path).values()]
+    missing = messages_missing([t for ts in texts.values() for t in ts], salvaged + backed_up)
     fault(
         CATEGORY,
         "damaged database page (CLI)",
         trials=1,
         outcome="opened read-only, readable conversations exported, file unchanged",
+        lost={"messages": missing},
     )
+    assert missing == 0
 
 
 @pytest.mark.gui
@@ -490,19 +544,22 @@ def test_a_damaged_database_opens_read_only_in_the_window_with_export_and_restor
     db = Database.open(paths.db_path, paths.backups_dir)
     try:
         store = ConversationStore(db)
-        for conversation_id, expected in texts.items():
-            assert [m.content for m in store.list_messages(conversation_id)] == expected
+        restored = {c: [m.content for m in store.list_messages(c)] for c in texts}
     finally:
         db.dispose()
-    kept = [p for p in paths.backups_dir.iterdir() if p.name.endswith("-damaged.sqlite3")]
-    assert [p.read_bytes() for p in kept] == [damaged_bytes]
-    assert victim in texts
+    missing = sum(messages_missing(expected, restored[c]) for c, expected in texts.items())
     fault(
         CATEGORY,
         "damaged database page (window)",
         trials=1,
         outcome="read-only with banner; export and restore from backup; nothing replaced silently",
+        lost={"messages": missing},
     )
+    assert missing == 0
+    assert restored == texts
+    kept = [p for p in paths.backups_dir.iterdir() if p.name.endswith("-damaged.sqlite3")]
+    assert [p.read_bytes() for p in kept] == [damaged_bytes]
+    assert victim in texts
 
 
 # -- a full disk ----------------------------------------------------------------------------------------
@@ -583,17 +640,20 @@ def test_disk_full_while_streaming_then_space_returns(
     disk = FullDisk(core.paths.home.parent)
     callbacks = FillsTheDisk(disk, free_after=40)
     result = engine.run_turn("Write a long story about a lighthouse keeper.", model, callbacks=callbacks)
-    assert not disk.full, "the reply ended before the disk was freed: make it longer"
-    assert "could not save the streaming reply yet" in caplog.text
     saved = engine.store.get_message(result.assistant_message_id)
-    assert (saved.status, saved.content) == (result.status, "".join(callbacks.shown))
-    assert core.db.quick_check() == "ok"
+    missing = characters_missing("".join(callbacks.shown), saved.content)
     fault(
         CATEGORY,
         "disk full while streaming, space back before the end",
         trials=1,
         outcome="whole reply saved",
+        lost={"characters": missing},
     )
+    assert missing == 0
+    assert not disk.full, "the reply ended before the disk was freed: make it longer"
+    assert "could not save the streaming reply yet" in caplog.text
+    assert (saved.status, saved.content) == (result.status, "".join(callbacks.shown))
+    assert core.db.quick_check() == "ok"
 
 
 @pytest.mark.model
@@ -622,11 +682,14 @@ def test_disk_full_at_the_end_of_a_reply_is_saved_when_space_returns(
     engine.settings = dataclasses.replace(engine.settings, max_tokens=4)
     engine.run_turn("Thanks.", model, conversation_id=conversation.id)
     saved = engine.store.get_message(reply.id)
-    assert (saved.status, saved.content) == ("complete", shown)
-    assert core.db.quick_check() == "ok"
+    missing = characters_missing(shown, saved.content)
     fault(
         CATEGORY,
         "disk full while saving the finished reply",
         trials=1,
         outcome="clear error, text kept, saved once space returned",
+        lost={"characters": missing},
     )
+    assert missing == 0
+    assert (saved.status, saved.content) == ("complete", shown)
+    assert core.db.quick_check() == "ok"

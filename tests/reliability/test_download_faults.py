@@ -40,6 +40,7 @@ from tests.hubserver import HubServer, ServedFile, starter_file
 from tests.reliability.conftest import RecordFault
 from tests.test_downloads import FAST, GIVE_UP_AT_ONCE
 
+CATEGORY = "Downloads"
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"
 NAME = "SmolLM2-135M-Instruct.Q4_1"
 TOKEN = "hf_ReliabilitySuiteTokenThatMustNeverLeak42"
@@ -76,6 +77,20 @@ def fetch(
 
 def file_gets(hub: HubServer) -> list[str | None]:
     return [r.headers.get("range") for r in hub.requests_to("/resolve/")]
+
+
+def downloaded_again(*servers: HubServer) -> int:
+    """Bytes of each file the servers sent more than once so far: what the faults cost in downloading again.
+
+    Every request for a file starts at or before the furthest byte sent of it (a resume, or a restart
+    from zero), so what was sent of a file is always one run from its first byte."""
+    bodies = sorted((b for server in servers for b in server.bodies), key=lambda b: b.at)
+    again, furthest = 0, dict.fromkeys((b.sha256 for b in bodies), 0)
+    for body in bodies:
+        end = body.start + body.sent
+        again += max(0, min(end, furthest[body.sha256]) - body.start)
+        furthest[body.sha256] = max(furthest[body.sha256], end)
+    return again
 
 
 def check_nothing_lost_or_leaked(
@@ -118,15 +133,18 @@ def test_a_download_dropped_25_times_resumes_each_time_to_a_verified_file(
     step = 3_500_000
     hub.faults.drop_after, hub.faults.drops = step, 25
     fetch(hub, library)
-    assert file_gets(hub) == [None, *(f"bytes={step * i}-" for i in range(1, 26))]
-    assert [m.name for m in library.list_models()] == [NAME]
-    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
+    again = downloaded_again(hub)
     fault(
-        "Downloads",
+        CATEGORY,
         "connection dropped mid-transfer",
         trials=25,
         outcome="resumed with Range each time; verified file",
+        lost={"bytes": again},
     )
+    assert again == 0
+    assert file_gets(hub) == [None, *(f"bytes={step * i}-" for i in range(1, 26))]
+    assert [m.name for m in library.list_models()] == [NAME]
+    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
 
 
 def test_a_connection_that_keeps_failing_gives_up_keeping_the_partial(
@@ -143,6 +161,7 @@ def test_a_connection_that_keeps_failing_gives_up_keeping_the_partial(
     assert len(hub.requests_to("/resolve/")) == FAST.max_failures_without_progress + 1
     assert pending_downloads(library.models_dir) == []
     first = error_message(failed)
+    refused_again = downloaded_again(hub)
 
     hub.faults.statuses = []
     hub.faults.drop_after, hub.faults.drops = 6_000_000, 1
@@ -155,21 +174,25 @@ def test_a_connection_that_keeps_failing_gives_up_keeping_the_partial(
     check_nothing_lost_or_leaked(library, hermetic_home, logs, starter, first, error_message(lost))
 
     fetch(hub, library)
-    assert file_gets(hub)[-1] == "bytes=6000000-"
-    assert pending_downloads(library.models_dir) == []
-    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
+    again = downloaded_again(hub) - refused_again
     fault(
-        "Downloads",
+        CATEGORY,
         "server errors (HTTP 503) past the retry budget",
         trials=4,
         outcome="clear error; nothing kept or installed",
+        lost={"bytes": refused_again},
     )
     fault(
-        "Downloads",
+        CATEGORY,
         "connection lost with retries exhausted",
         trials=1,
         outcome="clear error; partial kept, resumed later to a verified file",
+        lost={"bytes": again},
     )
+    assert refused_again == 0 and again == 0
+    assert file_gets(hub)[-1] == "bytes=6000000-"
+    assert pending_downloads(library.models_dir) == []
+    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
 
 
 def test_a_server_that_ignores_range_restarts_the_file_cleanly(
@@ -183,15 +206,19 @@ def test_a_server_that_ignores_range_restarts_the_file_cleanly(
     hub.faults.drop_after, hub.faults.drops = 7_000_000, 1
     hub.faults.ignore_range = True
     fetch(hub, library)
-    assert file_gets(hub) == [None, "bytes=7000000-"]
-    assert [m.name for m in library.list_models()] == [NAME]
-    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
+    again = downloaded_again(hub)
     fault(
-        "Downloads",
+        CATEGORY,
         "server ignores Range (200 with the whole file on resume)",
         trials=1,
         outcome="restarted from zero; verified file",
+        lost={"bytes": again},
     )
+    # The cost of such a server: what had arrived before the drop comes again, and no more.
+    assert again == 7_000_000
+    assert file_gets(hub) == [None, "bytes=7000000-"]
+    assert [m.name for m in library.list_models()] == [NAME]
+    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
 
 
 def test_right_size_wrong_bytes_are_deleted_and_never_installed(
@@ -213,13 +240,17 @@ def test_right_size_wrong_bytes_are_deleted_and_never_installed(
 
     hub.faults.flip_byte_at = None
     fetch(hub, library)
-    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
+    again = downloaded_again(hub)
     fault(
-        "Downloads",
+        CATEGORY,
         "right size, wrong bytes (one byte flipped)",
         trials=1,
-        outcome="SHA-256 mismatch: deleted, clear error, nothing installed",
+        outcome="SHA-256 mismatch: deleted, clear error, nothing installed; the whole file downloaded again",
+        lost={"bytes": again},
     )
+    # Which byte is wrong cannot be known: the whole file comes again, once.
+    assert again == starter.size
+    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
 
 
 def test_stalls_are_retried_and_a_dead_server_is_a_clear_error(
@@ -232,29 +263,35 @@ def test_stalls_are_retried_and_a_dead_server_is_a_clear_error(
 ) -> None:
     hub.faults.stall_after, hub.faults.stalls, hub.faults.stall_seconds = 3_000_000, 2, 5
     fetch(hub, library)
+    stalled_again = downloaded_again(hub)
     assert file_gets(hub) == [None, "bytes=3000000-", "bytes=6000000-"]
     check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
     library.remove(NAME, delete_file=True)
+    hub.bodies.clear()  # removed on purpose: downloading it again is not the next fault's doing
 
     # A server that accepts the request, sends headers and then nothing, every time.
     hub.faults.stall_after, hub.faults.stalls = 0, 10
     with pytest.raises(HearthError, match=r"failed \(no data for 0\.5 s\); the 0\.0 MiB downloaded") as dead:
         fetch(hub, library)
-    assert len(file_gets(hub)) == 3 + FAST.max_failures_without_progress + 1
-    assert library.list_models() == []
-    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter, error_message(dead))
+    dead_again = downloaded_again(hub)
     fault(
-        "Downloads",
+        CATEGORY,
         "stalled transfer (no byte for the read timeout)",
         trials=2,
         outcome="retried and resumed; verified file",
+        lost={"bytes": stalled_again},
     )
     fault(
-        "Downloads",
+        CATEGORY,
         "server that stalls every time",
         trials=FAST.max_failures_without_progress + 1,
         outcome="clear error after the retry budget; nothing installed",
+        lost={"bytes": dead_again},
     )
+    assert stalled_again == 0 and dead_again == 0
+    assert len(file_gets(hub)) == 3 + FAST.max_failures_without_progress + 1
+    assert library.list_models() == []
+    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter, error_message(dead))
 
 
 def test_a_redirect_to_another_host_never_carries_the_token(
@@ -272,19 +309,24 @@ def test_a_redirect_to_another_host_never_carries_the_token(
     client = HubClient(hub.url, TOKEN)
     listing = client.list_files(REPO)
     client.read_header(listing, listing.models[0])
+    header_reads = len(cdn.bodies)
     Downloader(client, library, policy=FAST).download(listing, listing.models[0])
-
+    # The header read fetched the file's first bytes; the download fetching them again is by design.
+    del cdn.bodies[:header_reads]
+    again = downloaded_again(hub, cdn)
+    fault(
+        CATEGORY,
+        "redirect to another host (127.0.0.1 → localhost)",
+        trials=len(cdn.requests),
+        outcome="followed without the Authorization header; verified file",
+        lost={"bytes": again},
+    )
+    assert again == 0
     assert hub.requests and all(r.authorization == f"Bearer {TOKEN}" for r in hub.requests)
     assert len(cdn.requests) >= 3, "the header read and the download went to the CDN"
     assert all(r.authorization is None for r in cdn.requests)
     assert {r.headers["host"].split(":")[0] for r in cdn.requests} == {"localhost"}
     check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
-    fault(
-        "Downloads",
-        "redirect to another host (127.0.0.1 → localhost)",
-        trials=len(cdn.requests),
-        outcome="followed without the Authorization header; verified file",
-    )
 
 
 def test_401_and_403_say_what_to_do(
@@ -309,21 +351,26 @@ def test_401_and_403_say_what_to_do(
     check_nothing_lost_or_leaked(
         library, hermetic_home, logs, served, *(error_message(e) for e in (unauthorized, invalid, gated))
     )
+    refused_again = downloaded_again(hub)
     hub.granted[REPO] = {TOKEN}
     fetch(hub, library)
-    check_nothing_lost_or_leaked(library, hermetic_home, logs, served)
+    again = downloaded_again(hub)
     fault(
-        "Downloads",
+        CATEGORY,
         "HTTP 401 (no token, wrong token)",
         trials=2,
         outcome='"token missing or invalid"; nothing written',
+        lost={"bytes": refused_again},
     )
     fault(
-        "Downloads",
+        CATEGORY,
         "HTTP 403 (licence not accepted)",
         trials=1,
         outcome='"accept the licence on the model page"; nothing written',
+        lost={"bytes": again},
     )
+    assert refused_again == 0 and again == 0
+    check_nothing_lost_or_leaked(library, hermetic_home, logs, served)
 
 
 class RecordingControl(DownloadControl):
@@ -347,27 +394,33 @@ def test_429_waits_as_long_as_retry_after_says_then_explains(
     hub.faults.statuses, hub.faults.retry_after = [429, 429], 1
     control = RecordingControl()
     fetch(hub, library, control=control)
+    waited_again = downloaded_again(hub)
     assert control.waits == [1.0, 1.0]
     assert len(hub.requests_to("/resolve/")) == 3
     check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
     library.remove(NAME, delete_file=True)
+    hub.bodies.clear()  # removed on purpose: downloading it again is not the next fault's doing
 
     hub.faults.statuses, hub.faults.retry_after = [429] * 10, 0
     with pytest.raises(HubRateLimited, match="rate-limiting") as limited:
         fetch(hub, library)
-    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter, error_message(limited))
+    limited_again = downloaded_again(hub)
     fault(
-        "Downloads",
+        CATEGORY,
         "HTTP 429 with Retry-After",
         trials=2,
         outcome="waited exactly as asked, then downloaded; verified file",
+        lost={"bytes": waited_again},
     )
     fault(
-        "Downloads",
+        CATEGORY,
         "HTTP 429 past the retry budget",
         trials=FAST.max_failures_without_progress + 1,
         outcome='"rate-limiting, try again"; nothing installed',
+        lost={"bytes": limited_again},
     )
+    assert waited_again == 0 and limited_again == 0
+    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter, error_message(limited))
 
 
 def test_a_full_disk_keeps_the_partial_file_for_a_resume(
@@ -398,14 +451,16 @@ def test_a_full_disk_keeps_the_partial_file_for_a_resume(
 
     monkeypatch.setattr(downloads_module, "_write_chunk", real_write)
     fetch(hub, library)
-    assert file_gets(hub)[-1] == f"bytes={written}-"
-    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
+    # What was on its way when the write failed comes again; everything written is kept.
     fault(
-        "Downloads",
+        CATEGORY,
         "disk full mid-download (ENOSPC injected at the write call)",
         trials=1,
-        outcome="clear error; partial kept; resumed to a verified file",
+        outcome="clear error; partial kept; resumed to a verified file; only what was in flight came again",
+        lost={"bytes": downloaded_again(hub)},
     )
+    assert file_gets(hub)[-1] == f"bytes={written}-"
+    check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
 
 
 # --- whole processes: a real full disk, a real kill ------------------------------------------------------
@@ -537,10 +592,11 @@ def test_a_really_full_disk_stops_the_download_clearly_and_it_resumes_when_space
     finally:
         disk.close()
     fault(
-        "Downloads",
+        CATEGORY,
         "disk full mid-download (a real, full tmpfs)",
         trials=1,
         outcome="clear one-line error, exit 3; partial kept; resumed to a verified file once space returned",
+        lost={"bytes": downloaded_again(hub)},
     )
 
 
@@ -581,8 +637,9 @@ def test_a_download_killed_mid_way_resumes_in_a_new_process(
     assert hashlib.sha256(final.read_bytes()).hexdigest() == served.sha256
     assert not part.exists()
     fault(
-        "Downloads",
+        CATEGORY,
         "app killed (SIGKILL) mid-download, then run again",
         trials=1,
-        outcome="resumed from the partial file; verified file",
+        outcome="resumed from the partial file; verified file; only what was in flight came again",
+        lost={"bytes": downloaded_again(hub)},
     )

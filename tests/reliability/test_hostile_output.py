@@ -25,7 +25,7 @@ from pytestqt.qtbot import QtBot
 
 from app.paths import HearthPaths
 from app.services import AppServices
-from tests.reliability.conftest import RecordFault
+from tests.reliability.conftest import RecordFault, messages_missing
 from tests.test_ui_safe_browser import _FileOpenWatch
 from ui.main_window import MainWindow
 from ui.transcript import Transcript, TranscriptEntry
@@ -35,6 +35,7 @@ pytestmark = [
     pytest.mark.skipif(sys.platform != "linux", reason="uses inotify to watch for file opens"),
 ]
 
+CATEGORY = "Hostile model output"
 SCHEMES = ("http", "https", "file", "smb", "ftp", "javascript", "data", "mailto")
 
 
@@ -216,6 +217,24 @@ def test_hostile_output_reaches_nothing_and_links_need_confirmation(
     conversation = store.create_conversation("Hostile")
     store.add_message(conversation.id, "user", "Show me something.")
     stored_id = store.add_message(conversation.id, "assistant", text).id
+
+    before = [(m.id, m.content) for m in store.list_all_messages(conversation.id)]
+    counted = 0
+
+    def newly_missing() -> int:
+        """Messages of the conversation missing or changed since the last time this was asked."""
+        nonlocal counted
+        now = messages_missing(before, [(m.id, m.content) for m in store.list_all_messages(conversation.id)])
+        new, counted = now - counted, now
+        return new
+
+    raw_html = (
+        f'<img src="http://127.0.0.1:{listener.port}/raw.png">',
+        "<script>",
+        '<a href="',
+        "<b>notbold</b>",
+    )
+    lost = {"render": 0, "raw": 0, "other links": 0, "https": 0}
     transcript = window.transcript
     watch = _FileOpenWatch(secret)
     answerer = DialogAnswerer()
@@ -238,19 +257,21 @@ def test_hostile_output_reaches_nothing_and_links_need_confirmation(
             transcript.scroll_to_message(live_id)
             transcript.viewport().grab()
             qtbot.wait(300)  # time for any request Qt might have started
+            lost["render"] += newly_missing()
 
             for message_id in (stored_id, live_id):
                 row = transcript.row(message_id)
                 assert row is not None
                 rendered = row.rendered_text()
-                # Raw HTML is shown as the text it is.
-                assert f'<img src="http://127.0.0.1:{listener.port}/raw.png">' in rendered
-                assert "<script>" in rendered and '<a href="' in rendered and "<b>notbold</b>" in rendered
+                # Raw HTML is shown as the text it is: any of it missing from the text was interpreted.
+                lost["raw"] += sum(len(fragment) for fragment in raw_html if fragment not in rendered)
+                assert lost["raw"] == 0, rendered
 
                 # Links that are not http(s) do nothing: no question, no handler, no navigation.
                 for label in NON_HTTP_LINKS:
                     click_text(transcript, message_id, label)
                     QApplication.processEvents()
+                lost["other links"] += newly_missing()
                 assert answerer.shown == [] and url_handler.opened == []
 
                 # An http(s) link asks first, showing the whole address; cancelled, nothing opens.
@@ -265,6 +286,7 @@ def test_hostile_output_reaches_nothing_and_links_need_confirmation(
                 qtbot.waitUntil(
                     lambda: url_handler.opened == ["https://example.com/docs?q=1#part"], timeout=20_000
                 )
+                lost["https"] += newly_missing()
                 answerer.shown.clear()
                 url_handler.opened.clear()
 
@@ -281,27 +303,33 @@ def test_hostile_output_reaches_nothing_and_links_need_confirmation(
     finally:
         answerer.stop()
         watch.close()
+    # Rendered, streamed and clicked: the conversation holding the hostile reply stays as it was.
     fault(
-        "Hostile model output",
+        CATEGORY,
         "images naming local files, a listening server and network shares (stored and streaming)",
         trials=2,
         outcome="no connection, no file opened; Qt got a placeholder image",
+        lost={"messages": lost["render"]},
     )
     fault(
-        "Hostile model output",
+        CATEGORY,
         "raw HTML (`<img>`, `<script>`, `<a>`, `<b>`)",
         trials=2,
         outcome="shown as text, nothing interpreted",
+        lost={"characters": lost["raw"]},
     )
     fault(
-        "Hostile model output",
+        CATEGORY,
         "clicks on javascript:, data:, file:, UNC, smb:, ftp:, mailto: and raw-HTML links",
         trials=2 * len(NON_HTTP_LINKS),
         outcome="nothing happens: no dialog, no handler, no navigation",
+        lost={"messages": lost["other links"]},
     )
     fault(
-        "Hostile model output",
+        CATEGORY,
         "click on an https link",
         trials=4,
         outcome="the full URL is shown for confirmation; opened only when accepted",
+        lost={"messages": lost["https"]},
     )
+    assert lost == dict.fromkeys(lost, 0)

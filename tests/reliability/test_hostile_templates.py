@@ -17,9 +17,11 @@ from app.engine import ChatEngine, ModelStatus, TurnCallbacks
 from inference.chat_template import FALLBACK_SOURCE
 from inference.protocol import SamplingParams
 from tests.model_files import with_chat_template
-from tests.reliability.conftest import RecordFault
+from tests.reliability.conftest import RecordFault, characters_missing
 
 pytestmark = pytest.mark.model
+
+CATEGORY = "Untrusted models"
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8, seed=1)
 # {sentinel} is a file each template tries to create; the starter's template leaves 368 bytes of room.
@@ -53,9 +55,13 @@ REASONS = {"gigabytes kept in memory": "it needs too much memory"}
 class Statuses(TurnCallbacks):
     def __init__(self) -> None:
         self.seen: list[ModelStatus] = []
+        self.shown = ""
 
     def model_status(self, status: ModelStatus) -> None:
         self.seen.append(status)
+
+    def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
+        self.shown += text
 
 
 @pytest.fixture
@@ -75,9 +81,18 @@ def test_hostile_templates_cannot_run_code_or_hang_a_turn(
         statuses = Statuses()
 
         result = engine.run_turn("Hello!", name, sampling=GREEDY, callbacks=statuses)
-
-        assert result.status == "complete", (attack, result.error)
         stored = core.store.get_message(result.assistant_message_id)
+        missing = characters_missing(statuses.shown, stored.content)
+        fault(
+            CATEGORY,
+            f"hostile chat template in the model file: {attack}",
+            trials=1,
+            outcome="nothing ran; the reply used ChatML and the status says why",
+            lost={"characters": missing},
+        )
+
+        assert missing == 0, attack
+        assert result.status == "complete", (attack, result.error)
         assert stored.template == FALLBACK_SOURCE, attack
         assert stored.content == result.text
         ready = statuses.seen[-1]
@@ -86,9 +101,3 @@ def test_hostile_templates_cannot_run_code_or_hang_a_turn(
         assert REASONS.get(attack, "") in ready.detail, (attack, ready.detail)
         assert ready.detail.endswith("using the ChatML format."), attack
         assert not sentinel.exists(), f"{attack}: the template ran a command"
-        fault(
-            "Untrusted models",
-            f"hostile chat template in the model file: {attack}",
-            trials=1,
-            outcome="nothing ran; the reply used ChatML and the status says why",
-        )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.conversations import Message
 from app.core import Core
 from app.engine import ChatEngine, ModelStatus, TurnCallbacks
 from app.errors import ContextOverflow, HearthError
@@ -17,9 +18,11 @@ from inference.planner import smaller_plan
 from inference.protocol import ErrorKind, LoadPlan, SamplingParams
 from inference.runner import ADDRESS_SPACE_ENV
 from tests.conftest import starter_name
-from tests.reliability.conftest import RecordFault
+from tests.reliability.conftest import RecordFault, characters_missing, messages_missing
 
 pytestmark = pytest.mark.model
+
+CATEGORY = "Inference"
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, seed=1)
 # The starter model's training context, and what its runner needs on top of what it uses before loading
@@ -44,6 +47,23 @@ class Recorder(TurnCallbacks):
         if text:
             self.deltas.append(text)
 
+    @property
+    def shown(self) -> str:
+        return "".join(self.deltas)
+
+
+def stored_text(core: Core, message_id: int) -> str:
+    return core.store.get_message(message_id).content
+
+
+def texts(messages: list[Message]) -> list[tuple[int, str, str]]:
+    return [(m.id, m.role, m.content) for m in messages]
+
+
+def every_message(core: Core) -> list[tuple[int, str, str]]:
+    store = core.store
+    return [t for c in store.list_conversations() for t in texts(store.list_all_messages(c.id))]
+
 
 @pytest.fixture
 def memory_cap(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
@@ -65,7 +85,16 @@ def test_out_of_memory_at_load_retries_smaller_and_says_what_worked(
     recorder = Recorder()
 
     result = engine.run_turn("Say hello.", starter_name(core), sampling=GREEDY, callbacks=recorder)
+    missing = characters_missing(recorder.shown, stored_text(core, result.assistant_message_id))
+    fault(
+        CATEGORY,
+        "out of memory at load (address space capped below what an 8,192-token context needs)",
+        trials=1,
+        outcome="retried with a 4,096-token context; loaded, replied, and the status says what was given up",
+        lost={"characters": missing},
+    )
 
+    assert missing == 0
     assert result.status == "complete", result.error
     assert result.text.strip()
     assert engine.loaded is not None and engine.loaded.n_ctx == FULL_CONTEXT // 2
@@ -81,12 +110,6 @@ def test_out_of_memory_at_load_retries_smaller_and_says_what_worked(
     assert core.library.get(starter_name(core)).last_load_error is None
     stored = core.store.list_messages(result.conversation_id)
     assert [(m.role, m.status) for m in stored] == [("user", "complete"), ("assistant", "complete")]
-    fault(
-        "Inference",
-        "out of memory at load (address space capped below what an 8,192-token context needs)",
-        trials=1,
-        outcome="retried with a 4,096-token context; loaded, replied, and the status says what was given up",
-    )
 
 
 def test_out_of_memory_whatever_the_context_is_one_clear_error_and_nothing_stored(
@@ -95,9 +118,22 @@ def test_out_of_memory_whatever_the_context_is_one_clear_error_and_nothing_store
     memory_cap(60)  # not even the weights fit
     engine = make_engine(context_length=2048, n_threads=2)
     recorder = Recorder()
+    earlier = core.store.create_conversation("Earlier")
+    core.store.add_message(earlier.id, "user", "Written before the model would not load.")
+    before = every_message(core)
 
     with pytest.raises(HearthError, match="not enough memory to load it with a 512-token context") as caught:
         engine.run_turn("Say hello.", starter_name(core), sampling=GREEDY, callbacks=recorder)
+    after = every_message(core)
+    missing = messages_missing(before, after)
+    fault(
+        CATEGORY,
+        "out of memory at load at every context size",
+        trials=1,
+        outcome="one clear error after trying 2,048, 1,024 and 512 tokens; the prompt is not stored",
+        lost={"messages": missing},
+    )
+    assert missing == 0
 
     assert "\n" not in str(caught.value)
     tried = [s.detail for s in recorder.statuses if s.state == "loading"][1:]
@@ -106,14 +142,8 @@ def test_out_of_memory_whatever_the_context_is_one_clear_error_and_nothing_store
         "Not enough memory for a 1,024-token context; trying a 512-token context.",
     ]
     assert recorder.statuses[-1].state == "failed"
-    assert core.store.list_conversations() == []
+    assert after == before, "nothing stored"
     assert core.library.get(starter_name(core)).last_load_error is None
-    fault(
-        "Inference",
-        "out of memory at load at every context size",
-        trials=1,
-        outcome="one clear error after trying 2,048, 1,024 and 512 tokens; the prompt is not stored",
-    )
 
 
 class KillRunnerMidReply(Recorder):
@@ -137,7 +167,16 @@ def test_killed_runner_keeps_partial_reply_interrupted_and_next_message_works(
     result = engine.run_turn(
         "Write a very long essay about mountains.", name, sampling=sampling, callbacks=recorder
     )
+    missing = characters_missing(recorder.shown, stored_text(core, result.assistant_message_id))
+    fault(
+        CATEGORY,
+        "runner SIGKILLed mid-reply",
+        trials=1,
+        outcome="partial reply kept as interrupted; the next message starts a new runner and completes",
+        lost={"characters": missing},
+    )
 
+    assert missing == 0
     assert result.status == "interrupted"
     assert result.error_kind is ErrorKind.RUNNER_CRASHED
     assert "SIGKILL" in (result.error or "")
@@ -160,12 +199,6 @@ def test_killed_runner_keeps_partial_reply_interrupted_and_next_message_works(
     assert engine.model_to_autoload() == (name, "")
     statuses = [m.status for m in core.store.list_messages(result.conversation_id)]
     assert statuses == ["complete", "interrupted", "complete", "complete"]
-    fault(
-        "Inference",
-        "runner SIGKILLed mid-reply",
-        trials=1,
-        outcome="partial reply kept as interrupted; the next message starts a new runner and completes",
-    )
 
 
 # Short turns, about 25 tokens each, so that what drop_oldest keeps nearly fills the context and the reply
@@ -205,7 +238,17 @@ def test_drop_oldest_says_what_it_left_out_and_where_the_reply_was_cut(
         sampling=ENDLESS,
         callbacks=recorder,
     )
+    missing = messages_missing(texts(before), texts(core.store.list_all_messages(conversation_id)))
+    cut = characters_missing(recorder.shown, stored_text(core, result.assistant_message_id))
+    fault(
+        CATEGORY,
+        "context overflow under drop_oldest (conversation and reply both too long)",
+        trials=1,
+        outcome="oldest turns left out and the cut reply, both stated on the reply; nothing deleted",
+        lost={"messages": missing, "characters": cut},
+    )
 
+    assert missing == 0 and cut == 0
     assert result.status == "complete", result.error
     assert engine.loaded is not None and engine.loaded.n_ctx == SMALL_CONTEXT
     assert result.stats is not None and result.stats.prompt_tokens is not None
@@ -222,12 +265,6 @@ def test_drop_oldest_says_what_it_left_out_and_where_the_reply_was_cut(
     assert stored.context_note == note and stored.content == result.text
     # Nothing the user wrote was deleted to make room.
     assert core.store.list_all_messages(conversation_id)[: len(before)] == before
-    fault(
-        "Inference",
-        "context overflow under drop_oldest (conversation and reply both too long)",
-        trials=1,
-        outcome="oldest turns left out and the cut reply, both stated on the reply; nothing deleted",
-    )
 
 
 def test_refuse_sends_nothing_and_a_reply_that_runs_out_of_room_says_so(
@@ -240,20 +277,25 @@ def test_refuse_sends_nothing_and_a_reply_that_runs_out_of_room_says_so(
 
     with pytest.raises(ContextOverflow, match="Nothing was sent or cut"):
         engine.run_turn("And the Rhine?", name, conversation_id=conversation_id, sampling=ENDLESS)
-    assert core.store.list_all_messages(conversation_id) == before
+    after = core.store.list_all_messages(conversation_id)
 
     recorder = Recorder()
     result = engine.run_turn(LONG_PROMPT, name, sampling=ENDLESS, callbacks=recorder)
+    missing = messages_missing(texts(before), texts(after))
+    cut = characters_missing(recorder.shown, stored_text(core, result.assistant_message_id))
+    fault(
+        CATEGORY,
+        "context overflow under refuse (conversation too long, then a reply too long)",
+        trials=2,
+        outcome="the long conversation is refused with nothing stored; the cut reply is kept and says so",
+        lost={"messages": missing, "characters": cut},
+    )
+    assert missing == 0 and cut == 0
+    assert after == before
     assert result.status == "complete", result.error
     assert result.context_note == f"The reply was {CUT}"
     assert recorder.notes == [result.context_note]
     assert core.store.get_message(result.assistant_message_id).context_note == result.context_note
-    fault(
-        "Inference",
-        "context overflow under refuse (conversation too long, then a reply too long)",
-        trials=2,
-        outcome="the long conversation is refused with nothing stored; the cut reply is kept and says so",
-    )
 
 
 def test_after_running_out_of_memory_gpu_layers_go_first_then_the_context(starter_model: Path) -> None:

@@ -11,7 +11,9 @@ from sqlalchemy import text
 
 from app.conversations import ConversationStore
 from app.db import Database
-from tests.reliability.conftest import RecordFault
+from tests.reliability.conftest import RecordFault, messages_missing
+
+CATEGORY = "Conversations"
 
 SAMPLING = {"temperature": 0.7, "top_p": 0.95, "max_tokens": 256, "seed": None}
 SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
@@ -64,6 +66,12 @@ def test_deleted_text_is_gone_from_the_database_and_wal_files(
     assert needle in search_index_bytes(db), "the test must see the secret in the search index first"
     assert {h.conversation_id for h in store.search(secret)} == {conversation.id}
 
+    # What must survive: every message of the other conversations (all of this one's hold the secret).
+    def kept() -> list[tuple[int, str]]:
+        others = [c for c in store.list_conversations() if c.id != conversation.id]
+        return [(m.id, m.content) for c in others for m in store.list_all_messages(c.id)]
+
+    before = kept()
     if how == "delete":
         store.delete_conversation(conversation.id)
     elif how == "trash-then-purge":
@@ -75,15 +83,18 @@ def test_deleted_text_is_gone_from_the_database_and_wal_files(
         store.set_conversation_settings(conversation.id, None, {})
         store.delete_message(first.id)
 
+    missing = messages_missing(before, kept())
+    fault(
+        CATEGORY,
+        f"secure delete ({HOW[how]})",
+        trials=1,
+        outcome="no deleted text left in the database, its WAL or the search index; nothing else deleted",
+        lost={"messages": missing},
+    )
+    assert missing == 0
     # Checked while the database is still open, as it would be in the running app.
     assert needle not in search_index_bytes(db)
     assert needle not in db.path.read_bytes()
     assert not wal.exists() or needle not in wal.read_bytes()
     assert store.search(secret) == []
     assert store.list_messages(keep.id)[0].content == "nothing to see"
-    fault(
-        "Conversations",
-        f"secure delete ({HOW[how]})",
-        trials=1,
-        outcome="no deleted text left in the database, its WAL or the search index",
-    )

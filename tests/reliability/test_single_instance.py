@@ -5,10 +5,12 @@ from __future__ import annotations
 import io
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -16,10 +18,13 @@ from filelock import FileLock, Timeout
 
 from app.backup import create_backup
 from app.cli import main as cli_main
+from app.core import Core
 from app.paths import HearthPaths
-from tests.reliability.conftest import RecordFault
+from tests.reliability.conftest import RecordFault, messages_missing
 
 pytestmark = pytest.mark.gui
+
+CATEGORY = "Conversations"
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDED_OVER = "another start asked for this window"
@@ -85,10 +90,22 @@ def handovers(paths: HearthPaths) -> int:
     return paths.log_file.read_text(encoding="utf-8").count(HANDED_OVER) if paths.log_file.exists() else 0
 
 
+def every_message(paths: HearthPaths) -> list[tuple[int, str]]:
+    """Read-only, straight from the file, beside the window that has it open."""
+    with closing(sqlite3.connect(f"{paths.db_path.as_uri()}?mode=ro", uri=True)) as conn:
+        return conn.execute("SELECT id, content FROM messages ORDER BY id").fetchall()
+
+
 def test_a_second_start_hands_over_and_a_killed_window_does_not_block(
     windows: Windows, hermetic_home: Path, fault: RecordFault
 ) -> None:
     paths = HearthPaths(hermetic_home).ensure()
+    core = Core.open(paths)
+    conversation = core.store.create_conversation("Before the windows")
+    for text in ("one", "two", "three"):
+        core.store.add_message(conversation.id, "user", text)
+    core.close()
+    before = every_message(paths)
     first = windows.start()
     wait_until_holding_the_lock(windows, paths, first)
 
@@ -104,13 +121,29 @@ def test_a_second_start_hands_over_and_a_killed_window_does_not_block(
     assert cli_main(["restore", str(backup)], out=out, err=err) == 3
     assert "Hearth is running" in err.getvalue()
 
+    handed_over = messages_missing(before, every_message(paths))
+
     # Killed: no clean-up ran, the socket file is stale; the next start must simply take over.
     windows.kill(first)
     third = windows.start()
     wait_until_holding_the_lock(windows, paths, third)
     fourth = windows.start()
     assert fourth.wait(START_TIMEOUT_S) == 0
+    after_kill = messages_missing(before, every_message(paths))
+    fault(
+        CATEGORY,
+        "second instance started",
+        trials=2,
+        outcome="handed over to the first, exit 0",
+        lost={"messages": handed_over},
+    )
+    fault(
+        CATEGORY,
+        "stale lock after SIGKILL of the window",
+        trials=1,
+        outcome="next start runs",
+        lost={"messages": after_kill},
+    )
+    assert handed_over == 0 and after_kill == 0
     assert handovers(paths) == 2
     assert third.poll() is None
-    fault("Conversations", "second instance started", trials=2, outcome="handed over to the first, exit 0")
-    fault("Conversations", "stale lock after SIGKILL of the window", trials=1, outcome="next start runs")

@@ -29,7 +29,7 @@ from app.downloads import Downloader, RetryPolicy
 from app.engine import ChatEngine
 from app.errors import HearthError, InvalidModelFile
 from app.hub import HubClient
-from app.library import ModelLibrary
+from app.library import InstalledModel, ModelLibrary
 from app.paths import HearthPaths, resolve_home
 from app.settings import save_settings
 from inference.gguf import ByteSource, FileByteSource, GGUFError, parse_header
@@ -46,8 +46,10 @@ from tests.gguf_factory import (
 )
 from tests.hubserver import HubServer, ServedFile
 from tests.model_files import with_duplicate_token
-from tests.reliability.conftest import RecordFault
+from tests.reliability.conftest import RecordFault, characters_missing
 from tests.ui_fixtures import GuiSessions
+
+CATEGORY = "Untrusted models"
 
 F32 = 0
 GIB = 1 << 30
@@ -182,10 +184,27 @@ def library(tmp_path: Path) -> Iterator[ModelLibrary]:
     db.dispose()
 
 
+@pytest.fixture
+def installed(library: ModelLibrary, tmp_path: Path) -> InstalledModel:
+    """A good model the user already has, which no refused file may take with it."""
+    source = tmp_path / "good.gguf"
+    source.write_bytes(VALID)
+    model = library.import_file(source, name="good")
+    source.unlink()
+    return model
+
+
+def models_lost(library: ModelLibrary, *models: InstalledModel) -> int:
+    """Of these installed models, how many are gone or no longer match their SHA-256."""
+    present = {m.name: m.sha256 for m in library.list_models()}
+    return sum(present.get(m.name) != m.sha256 or not library.verify(m.name) for m in models)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts reads in /proc/self/io")
 def test_crafted_headers_are_refused_on_import_reading_and_keeping_little(
-    tmp_path: Path, library: ModelLibrary, fault: RecordFault
+    tmp_path: Path, library: ModelLibrary, installed: InstalledModel, fault: RecordFault
 ) -> None:
+    kept = sorted(library.models_dir.iterdir())
     for crafted in CRAFTED:
         path = write_crafted(tmp_path, crafted)
 
@@ -205,15 +224,18 @@ def test_crafted_headers_are_refused_on_import_reading_and_keeping_little(
         assert message.startswith(f"{path.name} is not a usable GGUF model: ") and "\n" not in message
         assert crafted.refusal in message
         assert peak_while(functools.partial(library.import_file, path)) <= MAX_PEAK_BYTES, crafted.what
-        assert library.list_models() == []
-        assert not library.models_dir.exists() or list(library.models_dir.iterdir()) == []
-        path.unlink()
+        lost = models_lost(library, installed)
         fault(
-            "Untrusted models",
+            CATEGORY,
             f"crafted GGUF header, local import: {crafted.what}",
             trials=1,
             outcome="refused with one clear message; ≤ 2 MiB read, ≤ 8 MiB memory; nothing installed",
+            lost={"models": lost},
         )
+        assert lost == 0, crafted.what
+        assert [m.name for m in library.list_models()] == [installed.name]
+        assert sorted(library.models_dir.iterdir()) == kept
+        path.unlink()
 
 
 def test_crafted_header_through_the_command_line_is_one_line_and_exit_3(
@@ -243,7 +265,7 @@ def _served_bytes(hub: HubServer) -> dict[str, int]:
 
 
 def test_crafted_remote_headers_are_refused_fetching_and_keeping_little(
-    hub: HubServer, tmp_path: Path, fault: RecordFault
+    hub: HubServer, tmp_path: Path, library: ModelLibrary, installed: InstalledModel, fault: RecordFault
 ) -> None:
     files = [write_crafted(tmp_path, c, tail=32 * MIB) for c in CRAFTED]
     hub.add_repo(REMOTE_REPO, [ServedFile.from_path(f"crafted/{p.name}", p) for p in files])
@@ -257,24 +279,26 @@ def test_crafted_remote_headers_are_refused_fetching_and_keeping_little(
         refusal = crafted.remote_refusal or crafted.refusal
         with pytest.raises(InvalidModelFile, match=re.escape(refusal)) as refused:
             client.read_header(listing, model)
-        assert str(refused.value).startswith(f"{REMOTE_REPO}/crafted/{path.name} is not a usable GGUF model")
-        assert peak_while(functools.partial(client.read_header, listing, model)) <= MAX_PEAK_BYTES, (
-            crafted.what
+        peak = peak_while(functools.partial(client.read_header, listing, model))
+        lost = models_lost(library, installed)
+        fault(
+            CATEGORY,
+            f"crafted GGUF header, read from the Hub: {crafted.what}",
+            trials=1,
+            outcome="refused with one clear message; ≤ 2 MiB fetched, ≤ 8 MiB memory",
+            lost={"models": lost},
         )
+        assert lost == 0, crafted.what
+        assert str(refused.value).startswith(f"{REMOTE_REPO}/crafted/{path.name} is not a usable GGUF model")
+        assert peak <= MAX_PEAK_BYTES, crafted.what
     served = _served_bytes(hub)
     for crafted, path in zip(CRAFTED, files, strict=True):
         # Each header was read twice above (once for the message, once for the memory peak).
         assert served[path.name] <= 2 * MAX_READ_BYTES, crafted.what
-        fault(
-            "Untrusted models",
-            f"crafted GGUF header, read from the Hub: {crafted.what}",
-            trials=1,
-            outcome="refused with one clear message; ≤ 2 MiB fetched, ≤ 8 MiB memory",
-        )
 
 
 def test_a_hostile_file_the_hub_vouches_for_is_downloaded_but_never_installed(
-    hub: HubServer, tmp_path: Path, library: ModelLibrary, fault: RecordFault
+    hub: HubServer, tmp_path: Path, library: ModelLibrary, installed: InstalledModel, fault: RecordFault
 ) -> None:
     chosen = [c for c in CRAFTED if not c.sparse_tail] + [CRAFTED[3], CRAFTED[11]]
     files = [write_crafted(tmp_path, c, tail=MIB) for c in chosen]
@@ -289,15 +313,18 @@ def test_a_hostile_file_the_hub_vouches_for_is_downloaded_but_never_installed(
     ):
         with pytest.raises(InvalidModelFile, match=re.escape(crafted.refusal)):
             downloader.download(listing, model)
-    assert library.list_models() == []
-    hub_dir = library.models_dir / "hub"
-    assert [p for p in hub_dir.rglob("*") if p.is_file()] == []
+    lost = models_lost(library, installed)
     fault(
-        "Untrusted models",
+        CATEGORY,
         "crafted GGUF file with the Hub's own SHA-256 (verified download, hostile header)",
         trials=len(chosen),
         outcome="refused after the download; the file is deleted and nothing is installed",
+        lost={"models": lost},
     )
+    assert lost == 0
+    assert [m.name for m in library.list_models()] == [installed.name]
+    hub_dir = library.models_dir / "hub"
+    assert [p for p in hub_dir.rglob("*") if p.is_file()] == []
 
 
 # --- a file that passes the header check but aborts llama.cpp ------------------------------------------
@@ -328,16 +355,19 @@ def test_a_model_that_aborts_llama_cpp_kills_only_the_runner_and_is_not_autoload
 
         # This process, its database and the other models are unharmed: the next turn starts a new runner.
         reply = engine.run_turn("Say hi.", starter, sampling=SamplingParams(temperature=0.0, max_tokens=8))
+        cut = characters_missing(reply.text, core.store.get_message(reply.assistant_message_id).content)
         assert reply.status == "complete", reply.error
-        assert core.store.get_message(reply.assistant_message_id).content == reply.text
+        assert cut == 0
     finally:
         engine.close()
         core.close()
 
-    # A real restart on the same home: the crasher is named, not loaded.
+    # A real restart on the same home: the crasher is named, not loaded; both models are still installed.
     core = Core.open(paths)
     engine = ChatEngine(core.store, core.library, core.settings, runner_log=paths.runner_log_file)
     try:
+        lost = models_lost(core.library, crasher, core.library.get(starter))
+        assert lost == 0
         assert core.library.get(CRASHER).sha256 == crasher.sha256
         name, why = engine.model_to_autoload()
         assert name is None
@@ -354,8 +384,9 @@ def test_a_model_that_aborts_llama_cpp_kills_only_the_runner_and_is_not_autoload
     assert f"{CRASHER} was not loaded automatically" in window.statusBar().currentMessage()
     assert session.services.chat.engine.client.pid is None
     fault(
-        "Untrusted models",
+        CATEGORY,
         "GGUF that passes the header check but aborts llama.cpp (duplicate vocabulary entry: GGML_ASSERT)",
         trials=1,
         outcome="only the runner died; load error recorded; not loaded at the next start, which says why",
+        lost={"models": lost, "characters": cut},
     )
