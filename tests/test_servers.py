@@ -307,6 +307,39 @@ def test_a_server_that_refuses_stores_nothing(
     assert core.store.list_conversations() == []
 
 
+class StoredWhenFirstShown(TurnCallbacks):
+    """What the database held for the reply when its first text (answer or reasoning) was shown."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self.first: tuple[str, str, str | None] | None = None
+
+    def _shown(self, assistant_message_id: int, text: str) -> None:
+        if text and self.first is None:
+            stored = self._core.store.get_message(assistant_message_id)
+            self.first = (text, stored.content, stored.reasoning)
+
+    def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
+        self._shown(assistant_message_id, text)
+
+    def reasoning_delta(self, assistant_message_id: int, text: str) -> None:
+        self._shown(assistant_message_id, text)
+
+
+def test_the_first_text_of_a_reply_is_stored_before_it_is_shown(
+    engine: ChatEngine, core: Core, fault_server: FaultServer
+) -> None:
+    """A crash right after the user saw the first words still finds them in the database."""
+    assert engine.servers is not None
+    engine.servers.add("lab", fault_server.url)
+    for model, part in (("echo", "answer"), ("reasoning", "reasoning")):
+        callbacks = StoredWhenFirstShown(core)
+        engine.run_turn("Hi", f"lab/{model}", callbacks=callbacks)
+        assert callbacks.first is not None, model
+        shown, content, reasoning = callbacks.first
+        assert (content if part == "answer" else reasoning) == shown, model
+
+
 def test_history_and_reasoning_go_through_the_same_conversation(
     engine: ChatEngine, core: Core, fault_server: FaultServer
 ) -> None:
