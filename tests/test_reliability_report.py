@@ -98,11 +98,14 @@ def test_losses_are_totalled_per_unit_and_skipped_tests_are_rows() -> None:
     records = [
         record(lost={"messages": 2}),
         record(lost={"characters": 5, "messages": 1}, fault="disk full"),
-        record(lost={"bytes": 7_000_000}, category="Downloads", fault="Range ignored"),
+        record(lost={"bytes downloaded again": 7_000_000}, category="Downloads", fault="Range ignored"),
         record("skipped", {}, fault="not tried: test_z", trials=0, outcome="needs root"),
     ]
     text = report.render(run(records), when=WHEN, pytest_status=0)
-    assert "- **Data lost: 3 messages, 5 characters, 7,000,000 bytes, 0 models, 0 secrets**" in text
+    assert (
+        "- **Data lost: 3 messages, 5 characters, 0 bytes, 7,000,000 bytes downloaded again, 0 models, "
+        "0 secrets**"
+    ) in text
     assert "| Conversations | disk full | 1 | kept | 5 characters, 1 messages | pass |" in text
     assert "| Conversations | not tried: test_z | 0 | needs root | — | SKIPPED |" in text
     assert "- Result: all that ran passed; 1 SKIPPED (3 of 4 faults passed, 0 failed, 1 skipped" in text

@@ -5,7 +5,7 @@ A test takes the `fault` fixture and calls it once per kind of fault it injects,
 the user as the test measured it, in one or more of the units in `UNITS`:
 
     fault("Downloads", "connection dropped mid-transfer", trials=20, outcome="verified file after resume",
-          lost={"bytes": downloaded_again(hub)})
+          lost={"bytes downloaded again": downloaded_again(hub)})
 
 A test records before it asserts that nothing was lost, so a regression shows in the report as the figure
 it measured on a failing row. Only tests that pass are reported as passing; a failing test's faults appear
@@ -35,8 +35,10 @@ CODE_UNDER_TEST = ("app", "inference", "ui", "tests/reliability")
 
 UNITS: dict[str, str] = {
     "messages": "stored messages missing or changed afterwards",
-    "characters": "characters the user was shown that the database does not have",
-    "bytes": "bytes of a file that are gone or had to be downloaded again",
+    "characters": "characters of a reply lost between the screen and the database (shown but not stored, "
+    "or stored but not shown as written)",
+    "bytes": "bytes of a file that are gone",
+    "bytes downloaded again": "bytes of a download that came again because of the fault",
     "models": "installed models gone or no longer matching their SHA-256",
     "secrets": "Hub tokens the user entered that the app no longer has",
 }

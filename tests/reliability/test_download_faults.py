@@ -41,6 +41,7 @@ from tests.reliability.conftest import RecordFault
 from tests.test_downloads import FAST, GIVE_UP_AT_ONCE
 
 CATEGORY = "Downloads"
+AGAIN = "bytes downloaded again"
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"
 NAME = "SmolLM2-135M-Instruct.Q4_1"
 TOKEN = "hf_ReliabilitySuiteTokenThatMustNeverLeak42"
@@ -139,7 +140,7 @@ def test_a_download_dropped_25_times_resumes_each_time_to_a_verified_file(
         "connection dropped mid-transfer",
         trials=25,
         outcome="resumed with Range each time; verified file",
-        lost={"bytes": again},
+        lost={AGAIN: again},
     )
     assert again == 0
     assert file_gets(hub) == [None, *(f"bytes={step * i}-" for i in range(1, 26))]
@@ -180,14 +181,14 @@ def test_a_connection_that_keeps_failing_gives_up_keeping_the_partial(
         "server errors (HTTP 503) past the retry budget",
         trials=4,
         outcome="clear error; nothing kept or installed",
-        lost={"bytes": refused_again},
+        lost={AGAIN: refused_again},
     )
     fault(
         CATEGORY,
         "connection lost with retries exhausted",
         trials=1,
         outcome="clear error; partial kept, resumed later to a verified file",
-        lost={"bytes": again},
+        lost={AGAIN: again},
     )
     assert refused_again == 0 and again == 0
     assert file_gets(hub)[-1] == "bytes=6000000-"
@@ -212,7 +213,7 @@ def test_a_server_that_ignores_range_restarts_the_file_cleanly(
         "server ignores Range (200 with the whole file on resume)",
         trials=1,
         outcome="restarted from zero; verified file",
-        lost={"bytes": again},
+        lost={AGAIN: again},
     )
     # The cost of such a server: what had arrived before the drop comes again, and no more.
     assert again == 7_000_000
@@ -246,7 +247,7 @@ def test_right_size_wrong_bytes_are_deleted_and_never_installed(
         "right size, wrong bytes (one byte flipped)",
         trials=1,
         outcome="SHA-256 mismatch: deleted, clear error, nothing installed; the whole file downloaded again",
-        lost={"bytes": again},
+        lost={AGAIN: again},
     )
     # Which byte is wrong cannot be known: the whole file comes again, once.
     assert again == starter.size
@@ -279,14 +280,14 @@ def test_stalls_are_retried_and_a_dead_server_is_a_clear_error(
         "stalled transfer (no byte for the read timeout)",
         trials=2,
         outcome="retried and resumed; verified file",
-        lost={"bytes": stalled_again},
+        lost={AGAIN: stalled_again},
     )
     fault(
         CATEGORY,
         "server that stalls every time",
         trials=FAST.max_failures_without_progress + 1,
         outcome="clear error after the retry budget; nothing installed",
-        lost={"bytes": dead_again},
+        lost={AGAIN: dead_again},
     )
     assert stalled_again == 0 and dead_again == 0
     assert len(file_gets(hub)) == 3 + FAST.max_failures_without_progress + 1
@@ -319,7 +320,7 @@ def test_a_redirect_to_another_host_never_carries_the_token(
         "redirect to another host (127.0.0.1 → localhost)",
         trials=len(cdn.requests),
         outcome="followed without the Authorization header; verified file",
-        lost={"bytes": again},
+        lost={AGAIN: again},
     )
     assert again == 0
     assert hub.requests and all(r.authorization == f"Bearer {TOKEN}" for r in hub.requests)
@@ -360,14 +361,14 @@ def test_401_and_403_say_what_to_do(
         "HTTP 401 (no token, wrong token)",
         trials=2,
         outcome='"token missing or invalid"; nothing written',
-        lost={"bytes": refused_again},
+        lost={AGAIN: refused_again},
     )
     fault(
         CATEGORY,
         "HTTP 403 (licence not accepted)",
         trials=1,
         outcome='"accept the licence on the model page"; nothing written',
-        lost={"bytes": again},
+        lost={AGAIN: again},
     )
     assert refused_again == 0 and again == 0
     check_nothing_lost_or_leaked(library, hermetic_home, logs, served)
@@ -410,14 +411,14 @@ def test_429_waits_as_long_as_retry_after_says_then_explains(
         "HTTP 429 with Retry-After",
         trials=2,
         outcome="waited exactly as asked, then downloaded; verified file",
-        lost={"bytes": waited_again},
+        lost={AGAIN: waited_again},
     )
     fault(
         CATEGORY,
         "HTTP 429 past the retry budget",
         trials=FAST.max_failures_without_progress + 1,
         outcome='"rate-limiting, try again"; nothing installed',
-        lost={"bytes": limited_again},
+        lost={AGAIN: limited_again},
     )
     assert waited_again == 0 and limited_again == 0
     check_nothing_lost_or_leaked(library, hermetic_home, logs, starter, error_message(limited))
@@ -457,7 +458,7 @@ def test_a_full_disk_keeps_the_partial_file_for_a_resume(
         "disk full mid-download (ENOSPC injected at the write call)",
         trials=1,
         outcome="clear error; partial kept; resumed to a verified file; only what was in flight came again",
-        lost={"bytes": downloaded_again(hub)},
+        lost={AGAIN: downloaded_again(hub)},
     )
     assert file_gets(hub)[-1] == f"bytes={written}-"
     check_nothing_lost_or_leaked(library, hermetic_home, logs, starter)
@@ -596,7 +597,7 @@ def test_a_really_full_disk_stops_the_download_clearly_and_it_resumes_when_space
         "disk full mid-download (a real, full tmpfs)",
         trials=1,
         outcome="clear one-line error, exit 3; partial kept; resumed to a verified file once space returned",
-        lost={"bytes": downloaded_again(hub)},
+        lost={AGAIN: downloaded_again(hub)},
     )
 
 
@@ -641,5 +642,5 @@ def test_a_download_killed_mid_way_resumes_in_a_new_process(
         "app killed (SIGKILL) mid-download, then run again",
         trials=1,
         outcome="resumed from the partial file; verified file; only what was in flight came again",
-        lost={"bytes": downloaded_again(hub)},
+        lost={AGAIN: downloaded_again(hub)},
     )
