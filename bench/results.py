@@ -93,11 +93,12 @@ class Session:
             },
             **data,
         }
+        # Rendered first: results the README has no place for are refused before anything is written.
+        text = replace_block(readme.read_text(encoding="utf-8"), self.name, render(measured))
         out = directory / f"{self.name}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(measured, indent=2) + "\n", encoding="utf-8")
-        text = readme.read_text(encoding="utf-8")
-        readme.write_text(replace_block(text, self.name, render(measured)), encoding="utf-8")
+        readme.write_text(text, encoding="utf-8")
         return out
 
 
