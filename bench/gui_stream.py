@@ -226,10 +226,6 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def ms(value: float) -> str:
-    return f"{value * 1000:7.2f}"
-
-
 def summary(values: list[float]) -> dict[str, float | int]:
     return {
         "n": len(values),
@@ -389,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if shown_ok else 1
 
 
-def _ms(value: float) -> str:
+def ms(value: float) -> str:
     return f"{value * 1000:.2f} ms"
 
 
@@ -410,7 +406,7 @@ def render_table(data: Mapping[str, Any]) -> str:
         [
             f"| {rate}, {data['tokens']:,} tokens, {data['history']} messages | p50 | p99 | max |",
             "|---|---|---|---|",
-            *(f"| {label} | {_ms(v['p50'])} | {_ms(v['p99'])} | {_ms(v['max'])} |" for label, v in rows),
+            *(f"| {label} | {ms(v['p50'])} | {ms(v['p99'])} | {ms(v['max'])} |" for label, v in rows),
             "",
             f"A {data['characters']:,}-character reply delivered at {data['delivered_rate']:,.0f} tok/s "
             f"({rate} requested) in {data['streamed_s']:.1f} s; {data['flushes']:,} flushes, "
