@@ -243,6 +243,11 @@ def _mib(value: float) -> str:
     return f"{value / MIB:,.1f}"
 
 
+def _error(value: float) -> str:
+    # Float noise around an exact match would print as -0.00%.
+    return "0.00%" if abs(value) < 0.00005 else f"{value:+.2%}"
+
+
 def render_table(data: Mapping[str, Any]) -> str:
     loads = data["loads"]
     gpu = any("gpu_used" in row["measured"] for row in loads)
@@ -255,7 +260,7 @@ def render_table(data: Mapping[str, Any]) -> str:
         predicted, measured = row["predicted"], row["measured"]
         total = f"{_mib(sum(predicted[k] for k in PARTS))} / {_mib(sum(measured.get(k, 0) for k in PARTS))}"
         cache = "full" if row["swa_full"] else "windowed"
-        line = f"| {row['model']} | {row['context']:,} | {cache} | {total} | {row['error']:+.2%} "
+        line = f"| {row['model']} | {row['context']:,} | {cache} | {total} | {_error(row['error'])} "
         line += f"| {'yes' if row['within_bar'] else '**no**'} |"
         if gpu:
             line += f" {_mib(predicted['gpu_total'])} / {_mib(measured.get('gpu_used', 0))} |"
@@ -285,7 +290,7 @@ def render_table(data: Mapping[str, Any]) -> str:
             out.append(
                 f"| {row['shape']} | {load} | {_mib(kv['predicted'])} / {_mib(kv['llama_cpp'])} "
                 f"| {_mib(compute['predicted'])} / {_mib(compute['llama_cpp'])} "
-                f"| {row['compute_error']:+.2%} |"
+                f"| {_error(row['compute_error'])} |"
             )
         shapes_within = sum(row["within_bar"] for row in data["large_shapes"])
         out += [
