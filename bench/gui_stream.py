@@ -408,8 +408,9 @@ def render_table(data: Mapping[str, Any]) -> str:
             "|---|---|---|---|",
             *(f"| {label} | {ms(v['p50'])} | {ms(v['p99'])} | {ms(v['max'])} |" for label, v in rows),
             "",
-            f"A {data['characters']:,}-character reply delivered at {data['delivered_rate']:,.0f} tok/s "
-            f"({rate} requested) in {data['streamed_s']:.1f} s; {data['flushes']:,} flushes, "
+            f"The reply ({data['characters']:,} characters) was delivered at "
+            f"{data['delivered_rate']:,.0f} tok/s ({rate} requested) in {data['streamed_s']:.1f} s; "
+            f"{data['flushes']:,} flushes, "
             f"{data['paints']:,} paints; the reply shown and stored intact: "
             f"{'yes' if data['shown_intact'] else '**no**'}. A {data['tick_ms']} ms timer measured the gaps "
             f"({data['gaps']['idle']['n']:,} idle, {stream['n']:,} while streaming). Targets p99 ≤ "
