@@ -317,7 +317,7 @@ def render_table(data: Mapping[str, Any]) -> str:
             f"{data['long']:,} long), {data['size_mib']:,.0f} MiB{built}; SQLite {data['sqlite']}. Median "
             f"and worst of {data['runs']} runs after a first one; deletion: {len(deletions['runs_ms'])} "
             f"conversations, one run each. "
-            + ("Every median is within its target." if not over else f"Over the target: {', '.join(over)}."),
+            + ("Every median is within its target." if not over else f"Over the target: {'; '.join(over)}."),
         ]
     )
 
