@@ -145,7 +145,8 @@ def size_rows(sizes: Mapping[str, Any], bundle_label: str) -> list[str]:
         "| what | size |",
         "|---|---|",
         f"| {bundle_label} | {mib(sizes['bundle'])} |",
-        f"| its largest parts in `_internal/` | {shown}; the other {len(parts) - PARTS_SHOWN} {mib(rest)} |",
+        f"| its largest parts in `_internal/` | {shown}; the other {len(parts) - PARTS_SHOWN} entries "
+        f"{mib(rest)} |",
         f"| installed (`.deb` Installed-Size) | {mib(sizes['installed'])} |",
         f"| `{sizes['deb_name']}` | {mib(sizes['deb'])} |",
         f"| `{sizes['tarball_name']}` | {mib(sizes['tarball'])} |",
