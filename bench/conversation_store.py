@@ -1,7 +1,7 @@
 """Bar P5: the conversation store at scale (10,000 conversations, 1,000,000 messages).
 
     .venv/bin/python -m bench.conversation_store [--conversations 10000] [--messages 1000000]
-        [--long 5000] [--runs 15] [--keep DIR]
+        [--long 5000] [--runs 15] [--keep DIR] [--no-publish]
 
 Builds a database with the app's own schema (migrations included) in a temporary folder, fills it with
 multi-row inserts (the search triggers are set aside meanwhile and the index is built in one pass after, as
@@ -12,7 +12,8 @@ a bulk import would), then times what the user waits for, through the real Conve
 - opening a 5,000-message conversation (its visible path, as the transcript loads it),
 
 and, for the record, deleting a conversation (which compacts the search index to leave no deleted words).
-Prints the median and the worst of --runs runs against the targets (50 / 100 / 200 ms).
+Prints the median and the worst of --runs runs against the targets (50 / 100 / 200 ms), and writes every
+run to docs/bench/conversation_store.json and the README's table (bench/results.py).
 """
 
 from __future__ import annotations
@@ -27,15 +28,16 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from app.conversations import ConversationStore, match_expression
 from app.db import Database
+from bench import results
 
 SEED = 20240601
 VOCABULARY = 30_000
@@ -155,57 +157,87 @@ def build(path: Path, conversations: int, messages: int, long: int) -> float:
     return time.perf_counter() - started
 
 
-def timed(action: Callable[[], T], runs: int) -> tuple[float, float, float, T]:
-    """First run, median and worst of the rest, in milliseconds; and the last result."""
+def timed(action: Callable[[], T], runs: int) -> tuple[list[float], T]:
+    """Milliseconds of a first run and `runs` more; and the last result."""
     times = []
     for _ in range(runs + 1):
         started = time.perf_counter()
         result = action()
         times.append((time.perf_counter() - started) * 1000.0)
-    return times[0], statistics.median(times[1:]), max(times[1:]), result
+    return times, result
 
 
-def report(label: str, target: float, first: float, median: float, worst: float, extra: str = "") -> None:
-    verdict = "ok" if median < target else "OVER"
+def operation(
+    label: str, target: float | None, times: list[float], *, cold_first: bool = True, **extra: object
+) -> dict[str, Any]:
+    """One timed operation: with `cold_first`, its first run apart (cold caches), the median and worst of
+    the rest."""
+    rest = times[1:] if cold_first else times
+    median = statistics.median(rest)
+    row: dict[str, Any] = {
+        "label": label,
+        "target_ms": target,
+        "first_ms": times[0] if cold_first else None,
+        "median_ms": median,
+        "worst_ms": max(rest),
+        "runs_ms": times,
+        **extra,
+    }
+    verdict = "" if target is None else f"  target < {target:.0f} ms: {'ok' if median < target else 'OVER'}"
+    counts = "".join(f"  ({key} {value:,})" for key, value in extra.items())
     print(
-        f"{label:<44} first {first:7.1f}  median {median:7.1f}  worst {worst:7.1f} ms"
-        f"   target < {target:.0f} ms: {verdict}{extra}"
+        f"{label:<46} median {row['median_ms']:7.1f}  worst {row['worst_ms']:7.1f} ms{verdict}{counts}",
+        flush=True,
     )
+    return row
 
 
-def measure(path: Path, runs: int) -> None:
+def measure(path: Path, runs: int) -> list[dict[str, Any]]:
     database = Database.open(path, path.parent / "backups")
     store = ConversationStore(database)
     most_common = _words(random.Random(SEED))[0]  # rank 1 in the Zipf distribution
+    rows = []
     try:
-        first, median, worst, listed = timed(store.list_conversations, runs)
-        report("conversation list", TARGETS_MS["list"], first, median, worst, f"   ({len(listed):,} rows)")
+        times, listed = timed(store.list_conversations, runs)
+        rows.append(
+            operation("conversation list (pinned first)", TARGETS_MS["list"], times, rows=len(listed))
+        )
 
         for query in ["lighthouse", "harbour", "lantern", "river", most_common, "harbour lantern", "lanter"]:
-            first, median, worst, hits = timed(partial(store.search, query), runs)
+            times, hits = timed(partial(store.search, query), runs)
             assert all(h.snippet for h in hits)
             with closing(sqlite3.connect(path)) as conn:
                 count = conn.execute(
                     "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (match_expression(query),)
                 ).fetchone()[0]
-            report(f"search {query!r}", TARGETS_MS["search"], first, median, worst, f"   ({count:,} matches)")
+            kind = {
+                most_common: ", the most common word",
+                "harbour lantern": ", two words",
+                "lanter": ", a prefix",
+            }
+            label = f"search {query!r}{kind.get(query, '')}"
+            rows.append(operation(label, TARGETS_MS["search"], times, matches=count))
 
-        first, median, worst, messages = timed(partial(store.list_messages, LONG_ID), runs)
-        label = f"open a {len(messages):,}-message conversation"
-        report(label, TARGETS_MS["open"], first, median, worst)
+        times, messages = timed(partial(store.list_messages, LONG_ID), runs)
+        rows.append(
+            operation(
+                "open the long conversation (its visible path)",
+                TARGETS_MS["open"],
+                times,
+                messages=len(messages),
+            )
+        )
 
         times = []
         for victim in listed[-3:]:
             started = time.perf_counter()
             store.delete_conversation(victim.id)
             times.append((time.perf_counter() - started) * 1000.0)
-        print(
-            f"{'delete a conversation (for the record)':<44} "
-            + "  ".join(f"{t:7.1f}" for t in times)
-            + " ms   (compacts the search index so no deleted word stays on disk)"
-        )
+        # Each deletion compacts the search index so no deleted word stays on disk; every one counts.
+        rows.append(operation("delete a conversation", None, times, cold_first=False))
     finally:
         database.dispose()
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,24 +252,74 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="build (or reuse) the database here; each run deletes 3 chats",
     )
+
+    results.add_publish_option(parser)
     args = parser.parse_args(argv)
+    session = results.begin("conversation_store", args, argv)
 
     folder = args.keep or Path(tempfile.mkdtemp(prefix="hearth-p5-"))
     path = folder / "hearth.sqlite3"
+    built_s: float | None = None
     try:
         if not path.exists():
             folder.mkdir(parents=True, exist_ok=True)
-            seconds = build(path, args.conversations, args.messages, args.long)
-            size = path.stat().st_size / (1 << 20)
-            print(
-                f"built {args.conversations:,} conversations / {args.messages:,} messages in {seconds:.0f} s "
-                f"({size:,.0f} MiB) with SQLite {sqlite3.sqlite_version}"
-            )
-        measure(path, args.runs)
+            built_s = build(path, args.conversations, args.messages, args.long)
+        size = path.stat().st_size / (1 << 20)
+        print(
+            f"{args.conversations:,} conversations / {args.messages:,} messages "
+            f"({size:,.0f} MiB; built in {built_s or 0:.0f} s) with SQLite {sqlite3.sqlite_version}"
+        )
+        operations = measure(path, args.runs)
     finally:
         if args.keep is None:
             shutil.rmtree(folder, ignore_errors=True)
+    data = {
+        "conversations": args.conversations,
+        "messages": args.messages,
+        "long": args.long,
+        "runs": args.runs,
+        "sqlite": sqlite3.sqlite_version,
+        "built_s": built_s,
+        "size_mib": size,
+        "operations": operations,
+    }
+    print(render_table(data))
+    if not args.no_publish:
+        print(f"wrote {session.publish(data)}")
     return 0
+
+
+def render_table(data: Mapping[str, Any]) -> str:
+    rows = ["| operation | median | worst | first run | target |", "|---|---|---|---|---|"]
+    for op in data["operations"]:
+        label = op["label"]
+        if "matches" in op:
+            label += f" ({op['matches']:,} matching messages)"
+        elif "rows" in op:
+            label = f"conversation list (all {op['rows']:,}, pinned first)"
+        elif "messages" in op:
+            label = f"open the {op['messages']:,}-message conversation (its visible path)"
+        target = "—" if op["target_ms"] is None else f"< {op['target_ms']:.0f} ms"
+        first = "—" if op["first_ms"] is None else f"{op['first_ms']:,.1f} ms"
+        rows.append(
+            f"| {label} | {op['median_ms']:,.1f} ms | {op['worst_ms']:,.1f} ms | {first} | {target} |"
+        )
+    over = [
+        op["label"] for op in data["operations"] if op["target_ms"] and op["median_ms"] >= op["target_ms"]
+    ]
+    built = "" if data["built_s"] is None else f", built in {data['built_s']:,.0f} s"
+    deletions = next(op for op in data["operations"] if op["target_ms"] is None)
+    return "\n".join(
+        [
+            *rows,
+            "",
+            f"{data['conversations']:,} conversations, {data['messages']:,} messages (one of them "
+            f"{data['long']:,} long), {data['size_mib']:,.0f} MiB{built}; SQLite {data['sqlite']}. Median "
+            f"and worst of {data['runs']} runs after a first one; deletion: {len(deletions['runs_ms'])} "
+            f"conversations, one run each. "
+            + ("Every median is within its target." if not over else f"Over the target: {'; '.join(over)}."),
+        ]
+    )
 
 
 if __name__ == "__main__":

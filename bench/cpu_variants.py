@@ -27,15 +27,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.results import publish
+from bench import results
 
 PROMPT_TOKENS = 512
 DECODE_TOKENS = 128
 THREADS = 2
+CONTEXT = 2048
 NATIVE_CACHE = Path.home() / ".cache" / "hearth" / "bench"
+TARGET = 0.97  # bar P8: at least this share of the native build's speed
 
 
 def models(directory: Path) -> dict[str, Path]:
@@ -64,8 +67,8 @@ def measure(model: Path) -> dict[str, Any]:
 
     kernels = load_backends()
     llm = llama_cpp.Llama(
-        model_path=str(model), n_ctx=2048, n_batch=PROMPT_TOKENS, n_ubatch=PROMPT_TOKENS, n_threads=THREADS,
-        n_threads_batch=THREADS, verbose=False,
+        model_path=str(model), n_ctx=CONTEXT, n_batch=PROMPT_TOKENS, n_ubatch=PROMPT_TOKENS,
+        n_threads=THREADS, n_threads_batch=THREADS, verbose=False,
     )  # fmt: skip
     ctx = llm.ctx
     colours = ("red", "green", "blue")
@@ -156,8 +159,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--native-lib", type=Path, help="llama_cpp/lib of a -march=native build")
     parser.add_argument("--build-native", action="store_true", help="build one (once, ~6 min on 2 cores)")
-    parser.add_argument("--no-publish", action="store_true", help="print only; leave docs/ and README alone")
+    results.add_publish_option(parser)
     args = parser.parse_args()
+    session = results.begin("cpu_variants", args)
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -166,14 +170,16 @@ def main() -> None:
         if native_lib is not None:
             configs["native"] = {"PYTHONPATH": str(package_with_libraries(native_lib, work / "native"))}
         found = models(work)
-        results: dict[str, dict[str, list[dict[str, Any]]]] = {m: {c: [] for c in configs} for m in found}
+        measured_runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+            m: {c: [] for c in configs} for m in found
+        }
         names = list(configs)
         for round_index in range(args.rounds):
             order = names[round_index % len(names) :] + names[: round_index % len(names)]
             for model_name, path in found.items():
                 for config in order:
                     measured = run_config(path, configs[config])
-                    results[model_name][config].append(measured)
+                    measured_runs[model_name][config].append(measured)
                     print(
                         f"round {round_index + 1} {model_name:22} {config:8} ({measured['kernels']}): "
                         f"prompt {measured['prompt_tps']:7.1f} tok/s, "
@@ -182,42 +188,59 @@ def main() -> None:
                     )
 
     reference = "native" if "native" in configs else "avx2"
-    rows = []
     summary: dict[str, Any] = {}
-    for model_name, by_config in results.items():
+    for model_name, by_config in measured_runs.items():
         summary[model_name] = {}
         for config, runs in by_config.items():
-            prompt = statistics.median(r["prompt_tps"] for r in runs)
-            decode = statistics.median(r["decode_tps"] for r in runs)
-            ratio_p = statistics.median(
-                r["prompt_tps"] / ref["prompt_tps"] for r, ref in zip(runs, by_config[reference], strict=True)
-            )
-            ratio_d = statistics.median(
-                r["decode_tps"] / ref["decode_tps"] for r, ref in zip(runs, by_config[reference], strict=True)
-            )
+            pairs = list(zip(runs, by_config[reference], strict=True))
             summary[model_name][config] = {
-                "kernels": runs[0]["kernels"], "prompt_tps": prompt, "decode_tps": decode,
-                f"prompt_vs_{reference}": ratio_p, f"decode_vs_{reference}": ratio_d, "rounds": runs,
-            }  # fmt: skip
+                "kernels": runs[0]["kernels"],
+                "prompt_tps": statistics.median(r["prompt_tps"] for r in runs),
+                "decode_tps": statistics.median(r["decode_tps"] for r in runs),
+                "prompt_ratio": statistics.median(r["prompt_tps"] / ref["prompt_tps"] for r, ref in pairs),
+                "decode_ratio": statistics.median(r["decode_tps"] / ref["decode_tps"] for r, ref in pairs),
+                "rounds": runs,
+            }
+    data = {
+        "rounds": args.rounds, "prompt_tokens": PROMPT_TOKENS, "decode_tokens": DECODE_TOKENS,
+        "threads": THREADS, "context": CONTEXT, "target": TARGET, "reference": reference, "results": summary,
+    }  # fmt: skip
+    print(render_table(data))
+    if not args.no_publish:
+        print(f"wrote {session.publish(data)}")
+
+
+def render_table(data: Mapping[str, Any]) -> str:
+    reference = data["reference"]
+    rows = [
+        f"| model | build (CPU kernels) | prompt eval tok/s | decode tok/s | prompt vs {reference} "
+        f"| decode vs {reference} |",
+        "|---|---|---|---|---|---|",
+    ]
+    missed = []
+    for model_name, by_config in data["results"].items():
+        for config, m in by_config.items():
             rows.append(
-                f"| {model_name} | {config} ({runs[0]['kernels']}) | {prompt:,.0f} | {decode:,.1f} "
-                f"| {ratio_p:.3f} | {ratio_d:.3f} |"
+                f"| {model_name} | {config} ({m['kernels']}) | {m['prompt_tps']:,.0f} "
+                f"| {m['decode_tps']:,.1f} | {m['prompt_ratio']:.3f} | {m['decode_ratio']:.3f} |"
             )
-    table = "\n".join(
+            if config == "selected":
+                missed += [
+                    f"{model_name} {what}"
+                    for what in ("prompt", "decode")
+                    if m[f"{what}_ratio"] < data["target"]
+                ]
+    verdict = "the selected build meets it for every model" if not missed else f"missed: {', '.join(missed)}"
+    return "\n".join(
         [
-            f"| model | build (CPU kernels) | prompt eval tok/s | decode tok/s | prompt vs {reference} "
-            f"| decode vs {reference} |",
-            "|---|---|---|---|---|---|",
             *rows,
+            "",
+            f"Medians of {data['rounds']} rounds ({data['prompt_tokens']} prompt tokens in one batch, then "
+            f"{data['decode_tokens']} decoded; {data['threads']} threads, context {data['context']:,}); "
+            f"ratios per round against {reference}, then the median. Target ≥ {data['target']:.2f} "
+            f"against {reference}: {verdict}.",
         ]
     )
-    print(table)
-    if not args.no_publish:
-        data = {
-            "rounds": args.rounds, "prompt_tokens": PROMPT_TOKENS, "decode_tokens": DECODE_TOKENS,
-            "threads": THREADS, "reference": reference, "results": summary,
-        }  # fmt: skip
-        print(f"wrote {publish('cpu_variants', data, table)}")
 
 
 if __name__ == "__main__":

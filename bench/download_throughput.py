@@ -1,14 +1,15 @@
 """Bar P6: download throughput with SHA-256 computed while downloading vs `curl`, same server, same run.
 
-    .venv/bin/python -m bench.download_throughput [--size-mib 400] [--rounds 3]
+    .venv/bin/python -m bench.download_throughput [--size-mib 400] [--rounds 5] [--no-publish]
 
 A GGUF file of --size-mib (random tensor bytes, written to a temporary folder, never committed) is served
 by the test hub server (tests/hubserver.py, sendfile on 127.0.0.1). Hearth's path is the whole
 `Downloader.download` call: huggingface_hub's HTTP session, the `.part` file, streaming SHA-256, fsync,
 atomic rename and the library registration. The baseline is `curl -o FILE` of the same URL into the same
-folder (no hashing). Rounds alternate between the two. Printed: the best round of each, and the median
-of the per-round ratios (each Hearth download against the curl run right after it), which holds up better
-when other work shares the machine.
+folder (no hashing). Rounds alternate between the two. Printed and written to
+docs/bench/download_throughput.json (bench/results.py): every round, the best round of each, and the
+median of the per-round ratios (each Hearth download against the curl run right after it), which holds up
+better when other work shares the machine.
 """
 
 from __future__ import annotations
@@ -21,11 +22,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from bench import results
 
 REPO = "bench/throughput-GGUF"
 FILENAME = "throughput-F32.gguf"
 MIB = 1 << 20
+TARGET = 0.90  # bar P6
 
 
 def make_gguf(path: Path, size_mib: int) -> None:
@@ -48,8 +54,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--size-mib", type=int, default=400)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    results.add_publish_option(parser)
     args = parser.parse_args()
+    session = results.begin("download_throughput", args)
     curl = shutil.which("curl")
     if curl is None:
         sys.exit("curl is not installed (apt-get install -y curl)")
@@ -91,14 +99,42 @@ def main() -> None:
         finally:
             server.stop()
 
-    hearth = size / min(hearth_times) / MIB
-    baseline = size / min(curl_times) / MIB
-    paired = statistics.median(c / h for h, c in zip(hearth_times, curl_times, strict=True))
-    print(f"file: {size / MIB:.0f} MiB, rounds: {args.rounds}")
-    print(f"hearth (download + SHA-256 + fsync + register), best: {hearth:8.1f} MiB/s")
-    print(f"curl -o (no hashing), best:                           {baseline:8.1f} MiB/s")
-    print(f"ratio of the best rounds: {hearth / baseline:.2f}; median per-round ratio: {paired:.2f}")
-    print("bar P6: >= 0.90")
+    data = {
+        "size_mib": size / MIB,
+        "target": TARGET,
+        "hearth_s": hearth_times,
+        "curl_s": curl_times,
+        "hearth_best_mib_s": size / min(hearth_times) / MIB,
+        "curl_best_mib_s": size / min(curl_times) / MIB,
+        "ratio_of_best": min(curl_times) / min(hearth_times),
+        "median_ratio": statistics.median(c / h for h, c in zip(hearth_times, curl_times, strict=True)),
+    }
+    print(render_table(data))
+    if not args.no_publish:
+        print(f"wrote {session.publish(data)}")
+
+
+def render_table(data: Mapping[str, Any]) -> str:
+    size = data["size_mib"] * MIB
+    hearth = [size / t / MIB for t in data["hearth_s"]]
+    curl = [size / t / MIB for t in data["curl_s"]]
+    ratios = [h / c for h, c in zip(hearth, curl, strict=True)]
+    median, best, target = data["median_ratio"], data["ratio_of_best"], data["target"]
+    verdict = "met" if median >= target else "not met"
+    return "\n".join(
+        [
+            "| | MiB/s per round | best round |",
+            "|---|---|---|",
+            f"| Hearth: download + SHA-256 + fsync + register | {', '.join(f'{v:,.0f}' for v in hearth)} "
+            f"| {data['hearth_best_mib_s']:,.0f} |",
+            f"| `curl -o` (no hashing) | {', '.join(f'{v:,.0f}' for v in curl)} "
+            f"| {data['curl_best_mib_s']:,.0f} |",
+            f"| ratio Hearth / curl | {', '.join(f'{v:.2f}' for v in ratios)} | {best:.2f} (best / best) |",
+            "",
+            f"A {data['size_mib']:,.0f} MiB file, {len(hearth)} rounds. Median of the per-round ratios "
+            f"{median:.2f} (target ≥ {target:.2f}: {verdict}).",
+        ]
+    )
 
 
 if __name__ == "__main__":

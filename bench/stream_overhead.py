@@ -1,6 +1,6 @@
 """Bar P1: token throughput through the whole app path vs a bare llama.cpp decode loop, side by side.
 
-    .venv/bin/python -m bench.stream_overhead [--model PATH] [--tokens 2000] [--rounds 5]
+    .venv/bin/python -m bench.stream_overhead [--model PATH] [--tokens 2000] [--rounds 5] [--no-publish]
 
 App path: runner process → pipe → worker thread (ChatService) → Qt signal → a view-model slot on the
 main thread, with the reply persisted to SQLite as in the app. Baseline: the same GGUF, context, threads
@@ -8,7 +8,8 @@ and sampler chain (the app's default settings at temperature 0: repetition penal
 llama.cpp's low-level API in a fresh process, with no per-token Python work beyond sampling. Both ignore
 end-of-turn tokens so every reply is exactly --tokens long. The two sides alternate which runs first.
 
-Prints tokens/s early in the reply (tokens 2..201) and over the last 200 tokens, and the ratios.
+Prints tokens/s early in the reply (tokens 2..201) and over the last 200 tokens, and the ratios; writes
+docs/bench/stream_overhead.json and the README's table (bench/results.py).
 """
 
 from __future__ import annotations
@@ -20,15 +21,20 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+from bench import results
 from inference.ggml_backends import load_backends
 from inference.protocol import SamplingParams
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper and the sea."
 WINDOW = 200
+N_CTX = 4096
+TARGET = 0.97  # bar P1, early and late
 
 
 @dataclass
@@ -221,29 +227,80 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    results.add_publish_option(parser)
     args = parser.parse_args()
+    session = results.begin("stream_overhead", args)
     model = args.model or starter_model()
-    n_ctx = 4096
     prompt = prompt_tokens_for(model)
-    print(f"model {model.name} · {args.tokens} tokens · {args.threads} threads · n_ctx {n_ctx} · greedy")
-    early, late = [], []
+    print(f"model {model.name} · {args.tokens} tokens · {args.threads} threads · n_ctx {N_CTX} · greedy")
+    rounds: list[dict[str, Any]] = []
     for round_no in range(1, args.rounds + 1):
         # Alternating which side goes first cancels slow drifts of the machine's speed between the two.
         if round_no % 2:
-            bare = bare_loop_in_child(model, prompt, args.tokens, n_ctx, args.threads)
-            app = app_path(model, args.tokens, n_ctx, args.threads)
+            bare = bare_loop_in_child(model, prompt, args.tokens, N_CTX, args.threads)
+            app = app_path(model, args.tokens, N_CTX, args.threads)
         else:
-            app = app_path(model, args.tokens, n_ctx, args.threads)
-            bare = bare_loop_in_child(model, prompt, args.tokens, n_ctx, args.threads)
-        early.append(app.early() / bare.early())
-        late.append(app.late() / bare.late())
-        print(
-            f"round {round_no}: bare {bare.early():7.1f} / {bare.late():7.1f} tok/s (early / last {WINDOW})"
-            f" · app {app.early():7.1f} / {app.late():7.1f} tok/s"
-            f" · ratio {early[-1]:.3f} / {late[-1]:.3f}"
+            app = app_path(model, args.tokens, N_CTX, args.threads)
+            bare = bare_loop_in_child(model, prompt, args.tokens, N_CTX, args.threads)
+        rounds.append(
+            {
+                "first": "bare" if round_no % 2 else "app",
+                "bare_early": bare.early(),
+                "bare_late": bare.late(),
+                "app_early": app.early(),
+                "app_late": app.late(),
+                "ratio_early": app.early() / bare.early(),
+                "ratio_late": app.late() / bare.late(),
+                "app_deliveries": len(app.deliveries),
+            }
         )
-    print(f"P1 early ratio (median) {statistics.median(early):.3f}  target >= 0.97")
-    print(f"P1 late ratio  (median) {statistics.median(late):.3f}  target >= 0.97")
+        r = rounds[-1]
+        print(
+            f"round {round_no}: bare {r['bare_early']:7.1f} / {r['bare_late']:7.1f} tok/s (early / last "
+            f"{WINDOW}) · app {r['app_early']:7.1f} / {r['app_late']:7.1f} tok/s"
+            f" · ratio {r['ratio_early']:.3f} / {r['ratio_late']:.3f}"
+        )
+    data = {
+        "model": model.name,
+        "tokens": args.tokens,
+        "threads": args.threads,
+        "n_ctx": N_CTX,
+        "prompt_tokens": len(prompt),
+        "window": WINDOW,
+        "target": TARGET,
+        "rounds": rounds,
+        "median_early": statistics.median(r["ratio_early"] for r in rounds),
+        "median_late": statistics.median(r["ratio_late"] for r in rounds),
+    }
+    print(render_table(data))
+    if not args.no_publish:
+        print(f"wrote {session.publish(data)}")
+
+
+def render_table(data: Mapping[str, Any]) -> str:
+    window, target = data["window"], data["target"]
+    rows = [
+        "| round (first) | bare loop tok/s, early / late | Hearth tok/s, early / late | ratio early "
+        "| ratio late |",
+        "|---|---|---|---|---|",
+    ]
+    for number, r in enumerate(data["rounds"], start=1):
+        rows.append(
+            f"| {number} ({r['first']}) | {r['bare_early']:.1f} / {r['bare_late']:.1f} "
+            f"| {r['app_early']:.1f} / {r['app_late']:.1f} | {r['ratio_early']:.3f} | {r['ratio_late']:.3f} |"
+        )
+    early, late = data["median_early"], data["median_late"]
+    rows.append(f"| **median of {len(data['rounds'])}** | | | **{early:.3f}** | **{late:.3f}** |")
+    met = "both medians meet it" if min(early, late) >= target else "not met"
+    return "\n".join(
+        [
+            *rows,
+            "",
+            f"{data['model']}, CPU, {data['threads']} threads, context {data['n_ctx']:,}, "
+            f"{data['tokens']:,}-token replies to a {data['prompt_tokens']}-token prompt. Early: tokens 2 to "
+            f"{window + 1}; late: the last {window}. Target ≥ {target:.2f} for both: {met}.",
+        ]
+    )
 
 
 if __name__ == "__main__":

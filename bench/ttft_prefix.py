@@ -1,6 +1,6 @@
 """Bar P4: time to first token after Send with a 1,000-token conversation prefix, vs the bare prompt eval.
 
-    .venv/bin/python -m bench.ttft_prefix [--model PATH] [--prefix-tokens 1000] [--rounds 3]
+    .venv/bin/python -m bench.ttft_prefix [--model PATH] [--prefix-tokens 1000] [--rounds 5] [--no-publish]
 
 App path, as the user waits for it: ChatService.send() on the GUI thread → the worker thread reads the
 conversation, counts the prompt against the context (the overflow policy's check), stores the message,
@@ -12,17 +12,21 @@ Baseline: the same model, loaded with the same plan (context, threads, batch) by
 process, decoding exactly the same prompt tokens and sampling one token: the bare prompt evaluation.
 
 Second turn: a follow-up in the same conversation, whose prefix is already in the runner's KV cache.
+Writes docs/bench/ttft_prefix.json and the README's table (bench/results.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QEventLoop, QTimer
 
@@ -32,6 +36,7 @@ from app.core import Core
 from app.engine import ChatEngine, history_for_prompt
 from app.paths import HearthPaths
 from app.settings import Settings
+from bench import results
 from inference.chat_template import render_chat
 from inference.estimator import KV_CACHE_TYPES
 from inference.ggml_backends import load_backends
@@ -171,15 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--prefix-tokens", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    results.add_publish_option(parser)
     args = parser.parse_args(argv)
+    session = results.begin("ttft_prefix", args, argv)
     model = args.model or starter_model()
     app = QCoreApplication.instance() or QCoreApplication([])
 
-    firsts: list[Turn] = []
-    seconds: list[Turn] = []
-    bare: list[float] = []
-    tokens: list[int] = []
+    rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as home:
         core = Core.open(HearthPaths(Path(home)))
         settings = replace(Settings(), temperature=0.0)
@@ -199,49 +203,85 @@ def main(argv: list[str] | None = None) -> int:
                 question = f"So, what is the most surprising thing about {topic}?"
                 history = history_for_prompt(core.store.list_messages(conversation))
                 tokens = baseline_loop.prompt_tokens([*history, ChatMessage("user", question)])
-                bare.append(baseline_loop.prompt_eval_ms(tokens))
-                firsts.append(send_and_time(app, service, conversation, question, name))
-                seconds.append(send_and_time(app, service, conversation, "Tell me one more thing.", name))
+                bare = baseline_loop.prompt_eval_ms(tokens)
+                first = send_and_time(app, service, conversation, question, name)
+                second = send_and_time(app, service, conversation, "Tell me one more thing.", name)
+                rounds.append(
+                    {
+                        "bare_prompt_tokens": len(tokens),
+                        "bare_ms": bare,
+                        "first": {"ttft_ms": first.ttft_ms, "stats": dataclasses.asdict(first.stats)},
+                        "second": {"ttft_ms": second.ttft_ms, "stats": dataclasses.asdict(second.stats)},
+                        "ratio": first.ttft_ms / bare,
+                        "outside_llama_cpp_ms": overhead(first),
+                    }
+                )
+                print(
+                    f"round {round_no + 1}: bare prompt eval {bare:8.1f} ms ({len(tokens)} tokens) · app "
+                    f"TTFT after Send {first.ttft_ms:8.1f} ms · ratio {rounds[-1]['ratio']:.3f} · outside "
+                    f"llama.cpp {overhead(first):6.1f} ms · second turn {second.ttft_ms:6.1f} ms",
+                    flush=True,
+                )
         finally:
             baseline_loop.close()
             service.shutdown()
             core.close()
 
-    ratios = [turn.ttft_ms / baseline for turn, baseline in zip(firsts, bare, strict=True)]
-    last = firsts[-1].stats
-    where = f"GPU, {plan.n_gpu_layers} layers" if plan.n_gpu_layers else "CPU"
-    print(
-        f"model {model.name} · {where} · {plan.n_threads} threads · n_ctx {plan.n_ctx} · batch {plan.n_batch}"
-    )
-    print(
-        f"prompt: {len(tokens)} tokens in the last round "
-        f"(the app sent {last.prompt_tokens}, {last.cached_prompt_tokens} from the cache)"
-    )
-    for i, (turn, baseline, ratio) in enumerate(zip(firsts, bare, ratios, strict=True), start=1):
-        print(
-            f"round {i}: bare prompt eval {baseline:8.1f} ms · app TTFT after Send {turn.ttft_ms:8.1f} ms "
-            f"· ratio {ratio:.3f} · outside llama.cpp {overhead(turn):6.1f} ms"
-        )
-    median_ratio = statistics.median(ratios)
-    print(f"P4 ratio app / bare (median of rounds) {median_ratio:.3f}   target <= {TARGET_RATIO:.2f}")
-    # Everything the app adds around llama.cpp's own prompt eval (reading and writing the database,
-    # counting, rendering, tokenizing, the pipe, the signals) hardly depends on how busy the machine is.
-    added = statistics.median(overhead(t) for t in firsts)
-    print(
-        f"app time outside llama.cpp's prompt eval (median) {added:.1f} ms = "
-        f"{added / statistics.median(bare):.1%} of the bare prompt eval"
-    )
-    # On a shared machine the fastest run of each side is the one least disturbed by others.
-    best_app, best_bare = min(t.ttft_ms for t in firsts), min(bare)
-    print(f"P4 ratio best / best {best_app / best_bare:.3f} ({best_app:.1f} ms / {best_bare:.1f} ms)")
-    first = statistics.median(t.ttft_ms for t in firsts)
-    second = statistics.median(t.ttft_ms for t in seconds)
-    reused = seconds[-1].stats
-    print(
-        f"second turn TTFT median {second:.1f} ms vs first {first:.1f} ms ({second / first:.1%}); "
-        f"{reused.cached_prompt_tokens} of {reused.prompt_tokens} prompt tokens came from the KV cache"
-    )
+    firsts = [r["first"]["ttft_ms"] for r in rounds]
+    bares = [r["bare_ms"] for r in rounds]
+    data = {
+        "model": model.name,
+        "where": f"GPU, {plan.n_gpu_layers} layers" if plan.n_gpu_layers else "CPU",
+        "threads": plan.n_threads,
+        "n_ctx": plan.n_ctx,
+        "n_batch": plan.n_batch,
+        "target": TARGET_RATIO,
+        "rounds": rounds,
+        "median_ratio": statistics.median(r["ratio"] for r in rounds),
+        "median_bare_ms": statistics.median(bares),
+        "median_first_ms": statistics.median(firsts),
+        "median_second_ms": statistics.median(r["second"]["ttft_ms"] for r in rounds),
+        "median_outside_ms": statistics.median(r["outside_llama_cpp_ms"] for r in rounds),
+        "best_bare_ms": min(bares),
+        "best_first_ms": min(firsts),
+    }
+    print(render_table(data))
+    if not args.no_publish:
+        print(f"wrote {session.publish(data)}")
     return 0
+
+
+def render_table(data: Mapping[str, Any]) -> str:
+    rounds = data["rounds"]
+    n = len(rounds)
+    tokens = rounds[-1]["bare_prompt_tokens"]
+    second = rounds[-1]["second"]["stats"]
+    median_ratio, target = data["median_ratio"], data["target"]
+    first_ms, second_ms = data["median_first_ms"], data["median_second_ms"]
+    outside, bare = data["median_outside_ms"], data["median_bare_ms"]
+    verdict = "met" if median_ratio <= target else "**not met**"
+    per_round = ", ".join(f"{r['ratio']:.3f}" for r in rounds)
+    return "\n".join(
+        [
+            f"| | median of {n} rounds | best round |",
+            "|---|---|---|",
+            f"| bare prompt eval + first token ({tokens:,} tokens in the last round) | {bare:,.0f} ms "
+            f"| {data['best_bare_ms']:,.0f} ms |",
+            f"| Hearth, Send → first token on the GUI thread | {first_ms:,.0f} ms "
+            f"| {data['best_first_ms']:,.0f} ms |",
+            f"| ratio (median of per-round ratios; best / best) | {median_ratio:.3f} "
+            f"| {data['best_first_ms'] / data['best_bare_ms']:.3f} |",
+            f"| time Hearth spends outside llama.cpp's prompt eval | {outside:.1f} ms "
+            f"({outside / bare:.1%} of the bare prompt eval) | |",
+            f"| second turn in the same conversation | {second_ms:,.0f} ms ({second_ms / first_ms:.1%} of "
+            f"the first; {second['cached_prompt_tokens']:,} of {second['prompt_tokens']:,} prompt tokens "
+            "reused in the last round) | |",
+            "",
+            f"{data['model']}, {data['where']}, {data['threads']} threads, context {data['n_ctx']:,}, batch "
+            f"{data['n_batch']}. Per-round ratios: {per_round}. "
+            f"Target ≤ {target:.2f}: {verdict}.",
+        ]
+    )
 
 
 if __name__ == "__main__":

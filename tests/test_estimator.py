@@ -8,7 +8,6 @@ import ctypes
 import dataclasses
 import importlib.util
 import os
-import re
 import time
 import tracemalloc
 from pathlib import Path
@@ -38,6 +37,7 @@ from tests.model_shapes import (
     GIB,
     MIB,
     deepseek_v2_lite_file,
+    dry_run,
     gemma3_1b,
     gemma3_1b_file,
     hardware,
@@ -498,33 +498,6 @@ def test_buffer_log_restores_the_previous_callback(real_models: dict[str, Path])
     before = current()
     measure(real_models["SmolLM2 Q4_1"], context=512)
     assert current() == before
-
-
-def dry_run(path: Path, **load: object) -> tuple[int, int]:
-    """(KV bytes, compute bytes) as llama.cpp sizes them for a load, without reading or allocating the
-    weights (model parameter no_alloc, no mmap): how a header-only 8B-shaped file can be checked here."""
-    import llama_cpp
-
-    kv_type = KV_CACHE_TYPES[str(load.get("kv_type", "f16"))].ggml_type
-    model_params = llama_cpp.llama_model_default_params()
-    model_params.no_alloc = True
-    model_params.load_mode = 0  # LLAMA_LOAD_MODE_NONE: llama.cpp refuses no_alloc with mmap
-    context_params = llama_cpp.llama_context_default_params()
-    context_params.n_ctx = int(str(load["context"]))
-    context_params.n_batch = context_params.n_ubatch = 512
-    context_params.flash_attn_type = 1 if load.get("flash_attn") else 0
-    context_params.type_k = context_params.type_v = kv_type
-    context_params.swa_full = bool(load.get("swa_full", True))
-    with LlamaLog(echo=False) as log:
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
-        assert model, log.text[-2000:]
-        ctx = llama_cpp.llama_init_from_model(model, context_params)
-        assert ctx, log.text[-2000:]
-    llama_cpp.llama_free(ctx)
-    llama_cpp.llama_model_free(model)
-    # With no_alloc the KV buffers report 0 bytes, but the cache still logs the size it would take.
-    kv = sum(round(float(m) * MIB) for m in re.findall(r"llama_kv_cache: size =\s*([\d.]+) MiB", log.text))
-    return kv, log.buffer_sizes()["compute"]
 
 
 @pytest.mark.model

@@ -20,8 +20,7 @@ from inference.estimator import (
     within_bar,
 )
 from inference.gguf import read_header
-from tests.model_shapes import MIB, deepseek_v2_lite_file, hardware, r1_distill_qwen_7b_file
-from tests.test_estimator import dry_run
+from tests.model_shapes import MIB, deepseek_v2_lite_file, dry_run, hardware, r1_distill_qwen_7b_file
 
 # Q8_0 stores 32 weights in 34 bytes; norms and the router are F32 (4 bytes).
 # DeepSeek-V2-Lite, one layer's attention (MLA file): attn_q 2048·(16·192) = 6,291,456 + attn_kv_a_mqa
