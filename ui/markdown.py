@@ -200,7 +200,7 @@ def split_markdown(text: str) -> list[str]:
 
 # Cells per piece of a split table, and the size from which a table is split at all: smaller tables stay
 # one document, their columns sized by Qt.
-TABLE_PIECE_CELLS = 48
+TABLE_PIECE_CELLS = 36
 TABLE_SPLIT_CELLS = 120
 # Cells per column measured for its width: the longest ones in characters.
 TABLE_WIDTH_CANDIDATES = 32
@@ -514,8 +514,10 @@ class Segment:
         # it, reaching `overlap` up over it (the pieces of a table share the border between them).
         self.joined = joined
         self.overlap = overlap
-        # A piece of a split table: the natural width of each column, which its columns are sized from.
+        # A piece of a split table: the natural width of each column, which its columns are sized from,
+        # and whether they fit (the table at its natural width) or share the width by their proportions.
         self.columns = columns
+        self._fits: bool | None = None
 
     @property
     def document(self) -> SafeTextDocument:
@@ -532,8 +534,11 @@ class Segment:
     def layout(self, width: float) -> float:
         if width != self.width:
             self.width = width
-            if self.columns:
-                _size_columns(self.document, self.columns, width)
+            # Only when the table starts or stops fitting: a new table format lays the document out again.
+            fits = sum(self.columns) <= width
+            if self.columns and fits != self._fits:
+                self._fits = fits
+                _size_columns(self.document, self.columns, fits=fits)
             self.document.setTextWidth(width)
         self.height = self.document.size().height()
         if self._lazy:
@@ -780,15 +785,15 @@ def _code_piece_document(
     return document
 
 
-def _size_columns(document: SafeTextDocument, natural: tuple[float, ...], width: float) -> None:
-    """Columns in proportion to their natural widths, at those widths when the table fits: the same for every
-    piece of one table, whatever rows each holds."""
+def _size_columns(document: SafeTextDocument, natural: tuple[float, ...], *, fits: bool) -> None:
+    """Columns in proportion to their natural widths, at those widths when the table `fits`: the same for
+    every piece of one table, whatever rows each holds."""
     tables = [frame for frame in document.rootFrame().childFrames() if isinstance(frame, QTextTable)]
     if not tables:
         return
     total = sum(natural)
     fmt = tables[0].format()
-    if total <= width:
+    if fits:
         fmt.setWidth(QTextLength(QTextLength.Type.FixedLength, total))
     else:
         fmt.setWidth(QTextLength(QTextLength.Type.PercentageLength, 100))

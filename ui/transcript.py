@@ -87,6 +87,9 @@ BOTTOM_SLACK_PX = 4
 TAIL_MARKDOWN_LIMIT = 3_000
 # Rendering work per event-loop turn; a burst of text, or a very long message, is rendered in slices.
 RENDER_BUDGET_S = 0.008
+# Laying out pieces of split blocks per event-loop turn, all callers together: less than the render
+# budget, to leave room for the paint that shows them.
+PIECE_BUDGET_S = 0.005
 # Rows keeping their rendered documents; the rest keep only their height.
 MAX_RENDERED_ROWS = 300
 # Time the idle measuring pass may take per event-loop turn.
@@ -670,10 +673,10 @@ class MessageRow:
         for segment in segments[first:]:
             if segment.width < 0 and not segment.height:
                 segment.height = self._estimate_segment(segment, content, fonts)
-        self._place_tops(first, y)
         budget = _Budget(deadline)
         laid_out = False
         if window is not None:
+            self._place_tops(first, y)
             tops = geometry.seg_tops
             for index in range(max(first, bisect.bisect_right(tops, window[0]) - 1), len(segments)):
                 if tops[index] >= window[1]:
@@ -681,12 +684,17 @@ class MessageRow:
                 if segments[index].width != content and budget.allows():
                     budget.layout(segments[index], content)
                     laid_out = True
+        exact = True
         for segment in segments[first:]:
+            if segment.width == content:
+                continue
             # A block of its own is laid out at once, as it was rendered; only pieces wait their turn.
-            if segment.width != content and (not segment.lazy or budget.allows()):
+            if not segment.lazy or budget.allows():
                 budget.layout(segment, content)
                 laid_out = True
-        if laid_out:
+            else:
+                exact = False
+        if laid_out or window is None:
             self._place_tops(first, y)
         y = geometry.seg_tops[-1] + segments[-1].height if geometry.seg_tops else geometry.body_top
         if self._tail is not None:
@@ -694,7 +702,7 @@ class MessageRow:
                 y += SEGMENT_GAP
             y += self._tail.layout(content)
         geometry.body_height = y - geometry.body_top
-        self.exact = all(segment.width == content for segment in segments)
+        self.exact = exact and all(segment.width == content for segment in segments[:first])
 
     def _place_tops(self, first: int, y: float) -> None:
         geometry = self.geometry
@@ -1264,7 +1272,7 @@ class Transcript(QAbstractScrollArea):
         Everything in a turn shares it (a resize, the paint after it, a flush, the idle pass), so together
         they stay within one budget however often each asks."""
         if self._turn_deadline is None:
-            self._turn_deadline = time.perf_counter() + RENDER_BUDGET_S
+            self._turn_deadline = time.perf_counter() + PIECE_BUDGET_S
             self._turn_timer.start()
         return self._turn_deadline
 
@@ -1625,6 +1633,10 @@ class Transcript(QAbstractScrollArea):
             return (point + self._row_origin(index)).toPoint()
         raise KeyError(f"{text!r} is not in message {message_id}")
 
+    def row_top(self, message_id: int) -> int:
+        """Where a message's row starts, in the coordinates the vertical scroll bar's value is in."""
+        return self._top(self._index[message_id])
+
     def visible_message_ids(self) -> list[int]:
         value = self.verticalScrollBar().value()
         return [
@@ -1659,6 +1671,10 @@ class Transcript(QAbstractScrollArea):
         geometry = row.geometry
         assert geometry is not None
         bubble = QRectF(0.5, 0.5, geometry.width - 1, geometry.height - 1)
+        # Only the part in view (its cut edges, and their rounded corners, just out of view): a bubble
+        # thousands of pixels tall costs as much to fill as it is tall.
+        bubble.setTop(max(bubble.top(), top - 2 * ROW_PAD))
+        bubble.setBottom(min(bubble.bottom(), bottom + 2 * ROW_PAD))
         fill = theme.user_bubble if row.role == "user" else theme.assistant_bubble
         border = theme.user_border if row.role == "user" else theme.assistant_border
         if row.flash_until > now:
