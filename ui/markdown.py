@@ -10,6 +10,10 @@ renders exactly like the same text loaded from the database.
 Rendering goes through `SafeTextDocument` (no resources, no raw HTML, escaped tooltips); on top of
 that, code blocks get a header strip (language and a Copy button, painted by the transcript), syntax
 colours once their fence has closed, and inline code, links and tables get the theme's colours.
+
+A settled table or code block too big to lay out in one go is cut into pieces (`split_block`), each
+its own small document, painted joined: one table whose columns line up, one code block with one Copy
+button for all of it and colours from one pass of the lexer over the whole.
 """
 
 from __future__ import annotations

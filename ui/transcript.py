@@ -10,6 +10,11 @@ re-laid out everything on each flush. Here a row is data plus cached documents:
 - A streaming reply is settled blocks (each rendered once, code highlighted when its fence closes)
   plus a live tail re-rendered on each flush; a tail too long to re-render cheaply grows by plain
   appends until it settles. Deltas are coalesced on a 40 ms timer.
+- A table or code block too big for one document (a 2,000-row table, a 50,000-line listing) comes as
+  pieces (`ui.markdown.split_block`) that make their documents when first needed. Those in view are
+  laid out first, within a budget per event-loop turn shared by everything in that turn; the idle pass
+  lays out the rest, and repaints only when what is in view changed. A resize lays out again what is
+  in view first; until its turn, a piece shows as laid out for the old width.
 - Painting draws only the rows, and within a row only the blocks, that intersect the exposed area.
 - When a row above the viewport changes height, the scroll position moves with it, so what the user
   reads does not jump; the view follows a growing reply only when it was already at the bottom.
