@@ -283,6 +283,7 @@ def _cells(line: str) -> list[str]:
 
 
 def _table_pieces(block: str) -> Iterator[Piece] | None:
+    block = block.lstrip("\n")
     if block.lstrip(" ")[:1] != "|":
         return None
     lines = block.split("\n")
@@ -336,9 +337,10 @@ def _code_pieces(block: str) -> Iterator[str | Piece] | None:
         opened = _FENCE_OPEN.match(line)
         if opened is not None:
             break
-        if not line.strip() or line.startswith(("    ", "\t")) or _LIST_ITEM.match(line):
-            return None
-        if line.lstrip(" ").startswith(">"):
+        # (A blank line here can only come first: the splitter starts a new block after one.)
+        if line.strip() and (
+            line.startswith(("    ", "\t")) or line.lstrip(" ").startswith(">") or _LIST_ITEM.match(line)
+        ):
             return None
         line_start = line_end + 1
     fence = opened.group(1)
@@ -363,7 +365,7 @@ def _code_pieces(block: str) -> Iterator[str | Piece] | None:
 
 
 def _cut_code(above: str, code: CodeText) -> Iterator[str | Piece]:
-    if above:
+    if above.strip():
         yield above
     text = code.text
     start = 0
