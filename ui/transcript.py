@@ -97,6 +97,8 @@ RENDER_BUDGET_S = 0.008
 PIECE_BUDGET_S = 0.005
 # Rows keeping their rendered documents; the rest keep only their height.
 MAX_RENDERED_ROWS = 300
+# After a resize, the idle pass waits this long (resizes come one after the other while the user drags).
+RESIZE_IDLE_DELAY_MS = 100
 # Time the idle measuring pass may take per event-loop turn.
 IDLE_SLICE_S = 0.004
 COPIED_FEEDBACK_MS = 1_500
@@ -1411,14 +1413,14 @@ class Transcript(QAbstractScrollArea):
         self._schedule_idle(restart=True)
         self.viewport().update()
 
-    def _schedule_idle(self, *, restart: bool = False) -> None:
+    def _schedule_idle(self, *, restart: bool = False, delay_ms: int = 0) -> None:
         """Measure what is not exact yet in the background, from the viewport out (`restart`: from the
-        start, even if a pass is under way)."""
+        start, even if a pass is under way), beginning in `delay_ms`."""
         if not restart and (self._idling or self._idle_timer.isActive()):
             return
         self._idle_queue = []
         self._idle_next = 0
-        self._idle_timer.start()
+        self._idle_timer.start(delay_ms)
 
     def _update_scroll_range(self) -> None:
         self._ensure_tops()
@@ -1495,7 +1497,7 @@ class Transcript(QAbstractScrollArea):
         # After the scroll range caught up with the new heights: "far" is measured from what is shown.
         self._release_far_rows()
         if self._idle_next < len(order):
-            self._idle_timer.start()
+            self._idle_timer.start(0)
 
     def _view_signature(self) -> list[tuple[object, ...]]:
         """What the viewport shows, where: each row in view and, in viewport coordinates, its top, the
@@ -2009,6 +2011,10 @@ class Transcript(QAbstractScrollArea):
             row.geometry = None
         self._relayout_all()
         self._restore_anchor(anchor)
+        # While the window is being resized, each resize lays out what is in view (within the turn's
+        # budget) and the idle pass waits: a drag is not slowed down by laying out what will be laid out
+        # again at the next width.
+        self._schedule_idle(restart=True, delay_ms=RESIZE_IDLE_DELAY_MS)
 
     def _anchor(self) -> tuple[int, float, tuple[int, float] | None] | None:
         """The row at the top of the view, how far into it the view starts, and where that is among its
