@@ -97,7 +97,8 @@ RENDER_BUDGET_S = 0.008
 PIECE_BUDGET_S = 0.005
 # Rows keeping their rendered documents; the rest keep only their height.
 MAX_RENDERED_ROWS = 300
-# After a resize, the idle pass waits this long (resizes come one after the other while the user drags).
+# After a resize, pieces of split blocks wait this long to be laid out again, and so does the idle pass
+# (resizes come one after the other while the user drags).
 RESIZE_IDLE_DELAY_MS = 100
 # Time the idle measuring pass may take per event-loop turn.
 IDLE_SLICE_S = 0.004
@@ -934,6 +935,7 @@ class Transcript(QAbstractScrollArea):
         self._idle_timer.setInterval(0)
         self._idle_timer.timeout.connect(self._idle_measure)
         self._turn_deadline: float | None = None
+        self._resized_until = 0.0
         # Fires once the events of the turn that started a budget are done: the next turn gets a new one.
         self._turn_timer = QTimer(self)
         self._turn_timer.setSingleShot(True)
@@ -1363,6 +1365,9 @@ class Transcript(QAbstractScrollArea):
         window = self._window(index)
         measured = row.measured_width == self._width and row.geometry is not None
         pieces_until = self._turn_budget() if until is None else until
+        if until is None and time.perf_counter() < self._resized_until:
+            # Mid-drag: pieces keep their layout for the last width until the resizing pauses.
+            pieces_until = 0.0
         if measured and (row.exact or (until is None and row.exact_in(window))):
             return False
         if measured and time.perf_counter() >= pieces_until:
@@ -2011,9 +2016,10 @@ class Transcript(QAbstractScrollArea):
             row.geometry = None
         self._relayout_all()
         self._restore_anchor(anchor)
-        # While the window is being resized, each resize lays out what is in view (within the turn's
-        # budget) and the idle pass waits: a drag is not slowed down by laying out what will be laid out
-        # again at the next width.
+        # While the window is being resized, pieces of split blocks show as laid out for the width before
+        # (cut to the row) and the idle pass waits: a drag is not slowed down by laying out what would be
+        # laid out again at the next width. Once it pauses, what is in view is laid out first.
+        self._resized_until = time.perf_counter() + RESIZE_IDLE_DELAY_MS / 1000
         self._schedule_idle(restart=True, delay_ms=RESIZE_IDLE_DELAY_MS)
 
     def _anchor(self) -> tuple[int, float, tuple[int, float] | None] | None:
