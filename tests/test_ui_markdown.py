@@ -10,11 +10,16 @@ from PySide6.QtWidgets import QApplication
 
 from ui.highlight import MAX_HIGHLIGHT_CHARS, highlight_spans, language_of
 from ui.markdown import (
+    CODE_PIECE_LINES,
     SETTLE_SOFT_LIMIT,
     BlockSplitter,
+    Piece,
     RenderStyle,
+    Segment,
     protect_math,
     render_markdown,
+    render_piece,
+    split_block,
     split_markdown,
 )
 from ui.theme import DARK, LIGHT
@@ -170,3 +175,108 @@ def test_unknown_or_huge_code_is_left_plain() -> None:
     assert highlight_spans("x = 1\n" * (MAX_HIGHLIGHT_CHARS // 6 + 1), "python") == []
     assert language_of("py title=example.py") == "py"
     assert language_of("") == ""
+
+
+FENCE_LOOKALIKES = (
+    "```\n"
+    "    ```\n"  # indented four spaces: code, not a fence
+    "``` python\n"  # a fence with an info string opens, it does not close
+    "``\n"
+    "~~~\n"
+    "  ````\n"  # closes: up to three spaces, at least as long
+    "after\n"
+    "\n"
+    "Next.\n"
+)
+
+
+def test_only_a_closing_line_closes_a_fence_however_the_text_arrives() -> None:
+    expected = [FENCE_LOOKALIKES[: FENCE_LOOKALIKES.index("after")], "after\n\n", "Next.\n"]
+    assert split_markdown(FENCE_LOOKALIKES) == expected
+    generator = random.Random(13)
+    for _ in range(50):
+        splitter = BlockSplitter()
+        blocks: list[str] = []
+        position = 0
+        while position < len(FENCE_LOOKALIKES):
+            size = generator.randint(1, 5)
+            blocks += splitter.feed(FENCE_LOOKALIKES[position : position + size])
+            position += size
+        assert blocks + splitter.finish() == expected
+
+
+def _tables(segment: Segment) -> list[QTextTable]:
+    return [frame for frame in segment.document.rootFrame().childFrames() if isinstance(frame, QTextTable)]
+
+
+def test_a_huge_table_is_cut_into_pieces_that_line_up_and_keep_every_row(style: RenderStyle) -> None:
+    head = "| # | Name | Note |\n|---:|---|:---:|\n"
+    rows = [f"| {i} | name {i} | {'wide ' * (i % 9)}**{i}** |" for i in range(1, 501)]
+    pieces = list(split_block(head + "\n".join(rows) + "\n\n"))
+
+    assert len(pieces) > 10 and all(isinstance(piece, Piece) for piece in pieces)
+    tables = [piece for piece in pieces if isinstance(piece, Piece)]
+    assert [piece.joined for piece in tables] == [False] + [True] * (len(tables) - 1)
+    assert [piece.last for piece in tables] == [False] * (len(tables) - 1) + [True]
+    assert all(piece.source.startswith(head) for piece in tables), "each piece parses under the same head"
+    assert [line for piece in tables for line in piece.source.splitlines()[2:]] == rows
+
+    segments = [render_piece(piece, style) for piece in tables]
+    for segment in segments:
+        segment.layout(600)
+    shown = [_tables(segment)[0] for segment in segments]
+    assert sum(table.rows() for table in shown) == len(rows) + 1, "the head shows once, above the first piece"
+    assert shown[0].cellAt(0, 1).firstCursorPosition().block().text() == "Name"
+    assert shown[1].cellAt(0, 1).firstCursorPosition().block().text() != "Name"
+
+    def column_lefts(segment: Segment, table: QTextTable) -> list[float]:
+        layout = segment.document.documentLayout()
+        row = table.rows() - 1
+        return [
+            layout.blockBoundingRect(table.cellAt(row, column).firstCursorPosition().block()).left()
+            for column in range(table.columns())
+        ]
+
+    assert all(
+        column_lefts(segment, table) == column_lefts(segments[0], shown[0])
+        for segment, table in zip(segments, shown, strict=True)
+    )
+    text = "\n".join(segment.plain_text() for segment in segments)
+    assert [cell for cell in text.split("\n") if cell.startswith("name ")] == [
+        f"name {i}" for i in range(1, 501)
+    ]
+
+    small = head + "| 1 | one | x |\n" * 5
+    assert list(split_block(small)) == [small], "a table that is cheap to lay out stays whole"
+
+
+def test_a_huge_code_block_is_cut_into_pieces_coloured_and_copied_as_one(style: RenderStyle) -> None:
+    # Long enough to be cut, short enough to be coloured (MAX_HIGHLIGHT_CHARS).
+    lines = [f"x_{i} = {i}  # {i}" for i in range(400)]
+    # A string that runs across the first cut, and a tab the Copy button must give back as a tab.
+    lines[CODE_PIECE_LINES - 2] = 's = """starts here'
+    lines[CODE_PIECE_LINES + 1] = 'ends here"""'
+    lines[5] = "\tindented = True"
+    code = "\n".join(lines)
+    pieces = list(split_block(f"The module:\n```python\n{code}\n```\n"))
+
+    assert pieces[0] == "The module:\n", "the line above the fence renders on its own"
+    parts = [piece for piece in pieces[1:] if isinstance(piece, Piece)]
+    assert len(parts) == len(pieces) - 1 > 1
+    assert "\n".join(piece.source for piece in parts) == code
+    segments = [render_piece(piece, style) for piece in parts]
+    first, second = segments[0].code_blocks[0], segments[1].code_blocks[0]
+    assert first.text == code and not first.continued and first.open_end, "one Copy button, for all of it"
+    assert all(segment.code_blocks[0].continued for segment in segments[1:])
+    assert second.continued and segments[-1].code_blocks[0].padding > 0
+
+    def colour(segment: Segment, text: str) -> str:
+        return segment.document.find(text).charFormat().foreground().color().name()
+
+    assert colour(segments[1], f"x_{CODE_PIECE_LINES}") == LIGHT.syn_string, "the string goes on past the cut"
+    assert colour(segments[1], f"# {CODE_PIECE_LINES + 5}") == LIGHT.syn_comment
+    assert colour(segments[0], "True") != colour(segments[0], "indented")
+    assert "\tindented" in segments[0].plain_text()
+
+    short = "```python\n" + "\n".join(lines[:20]) + "\n```\n"
+    assert list(split_block(short)) == [short]

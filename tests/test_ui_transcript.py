@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEvent, QPoint, QPointF, Qt, QUrl
+from PySide6.QtCore import QEvent, QPoint, QPointF, Qt, QTimer, QUrl
 from PySide6.QtGui import QColor, QGuiApplication, QHelpEvent, QImage, QRawFont, QTextLayout, QWheelEvent
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QToolTip, QWidget
@@ -24,6 +24,7 @@ from ui.theme import DARK, LIGHT
 from ui.transcript import (
     FLUSH_INTERVAL_MS,
     TAIL_MARKDOWN_LIMIT,
+    MessageRow,
     ReplyStats,
     Transcript,
     TranscriptEntry,
@@ -445,3 +446,130 @@ def test_theme_change_recolours_code(qtbot: QtBot, transcript: Transcript) -> No
     transcript.set_theme(DARK)
     QApplication.processEvents()
     assert colour().name() == DARK.syn_keyword
+
+
+def _huge_table(rows: int) -> str:
+    lines = ["| # | Name | Region | Height | Status | Inspected |", "|---:|---|---|---:|---|---|"]
+    lines += [
+        f"| {i} | cell-{i}-a | coast {i % 17} | {i % 60}.5 | lit | 2024-01-{i % 28 + 1:02d} |"
+        for i in range(rows)
+    ]
+    return "Every one of them:\n\n" + "\n".join(lines) + "\n\nThat is the list.\n"
+
+
+def _laid_out(row: MessageRow) -> bool:
+    """All of the row is rendered and laid out at its width."""
+    return row.segments is not None and not row.draining and row.exact
+
+
+def _pieces_laid_out(row: MessageRow) -> tuple[int, int]:
+    """(pieces laid out at the row's width, pieces)."""
+    assert row.segments is not None and row.geometry is not None
+    content = row.content_width(row.geometry.width)
+    pieces = [segment for segment in row.segments if segment.lazy]
+    return sum(1 for segment in pieces if segment.width == content), len(pieces)
+
+
+def test_a_huge_table_shows_its_end_first_and_is_laid_out_a_slice_per_turn(
+    qtbot: QtBot, transcript: Transcript, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reply = _huge_table(2_000)
+    turns = 0
+    laid_out_in_turn: Counter[int] = Counter()
+    real_layout = ui.markdown.Segment.layout
+
+    def counting(segment: Segment, width: float) -> float:
+        if segment.lazy and segment.width != width:
+            laid_out_in_turn[turns] += 1
+        return real_layout(segment, width)
+
+    monkeypatch.setattr(ui.markdown.Segment, "layout", counting)
+    ticker = QTimer()
+    ticker.setInterval(0)
+
+    def tick() -> None:
+        nonlocal turns
+        turns += 1
+
+    ticker.timeout.connect(tick)
+    ticker.start()
+    transcript.set_entries(
+        [TranscriptEntry(1, "user", "List them all."), TranscriptEntry(2, "assistant", reply)]
+    )
+    row = transcript.row(2)
+    assert row is not None
+
+    def last_piece_laid_out() -> bool:
+        if row.segments is None or row.draining or row.geometry is None:
+            return False
+        pieces = [segment for segment in row.segments if segment.lazy]
+        return bool(pieces) and pieces[-1].width == row.content_width(row.geometry.width)
+
+    # Cut into pieces first (cheap), then what is in view, the reply's end, is laid out before the rest.
+    qtbot.waitUntil(last_piece_laid_out, timeout=60_000)
+    done, total = _pieces_laid_out(row)
+    assert total > 100 and done < total // 4
+    assert transcript.is_at_bottom() and transcript.visible_message_ids() == [2]
+
+    qtbot.waitUntil(lambda: _laid_out(row), timeout=60_000)
+    ticker.stop()
+    assert len(laid_out_in_turn) > 5, "laid out in a few long stalls instead of a slice per turn"
+    assert max(laid_out_in_turn.values()) < total // 4
+    assert transcript.is_at_bottom()
+
+    shown = row.rendered_text()
+    position = 0
+    for i in range(2_000):
+        position = shown.find(f"cell-{i}-a", position)
+        assert position >= 0, f"row {i} is missing or out of order"
+    _click(transcript, transcript.action_rect(2, "copy").center())
+    assert QGuiApplication.clipboard().text() == reply
+
+
+def test_resizing_a_huge_table_lays_out_again_what_is_in_view_first(
+    qtbot: QtBot, transcript: Transcript
+) -> None:
+    transcript.set_entries([TranscriptEntry(1, "assistant", _huge_table(1_000))])
+    row = transcript.row(1)
+    assert row is not None
+    qtbot.waitUntil(lambda: _laid_out(row), timeout=60_000)
+    bar = transcript.verticalScrollBar()
+    bar.setValue(bar.maximum() // 2)
+
+    def in_view() -> list[tuple[float, Segment]]:
+        top = bar.value() - transcript.row_top(1)
+        return row.segments_between(top, top + transcript.viewport().height())
+
+    reading = row.pin(bar.value() - transcript.row_top(1))
+    assert reading is not None
+
+    transcript.resize(transcript.width() - 150, transcript.height())
+    done, total = _pieces_laid_out(row)
+    assert not row.exact and done < total // 2, "everything was laid out again at once"
+    geometry = row.geometry
+    assert geometry is not None
+    content = row.content_width(geometry.width)
+    qtbot.waitUntil(lambda: all(segment.width == content for _y, segment in in_view()), timeout=60_000)
+    done, total = _pieces_laid_out(row)
+    assert done < total, "what is in view came last"
+
+    qtbot.waitUntil(lambda: _laid_out(row), timeout=60_000)
+    now = row.pin(bar.value() - transcript.row_top(1))
+    assert now is not None and abs(now[0] - reading[0]) <= 1, "the rows being read moved out of view"
+
+
+def test_a_huge_code_block_has_one_copy_button_for_all_of_it(qtbot: QtBot, transcript: Transcript) -> None:
+    code = "\n".join(f"value_{i} = compute({i}, 'line {i}')" for i in range(5_000))
+    reply = f"The module:\n\n```python\n{code}\n```\n\nDone.\n"
+    transcript.set_entries([TranscriptEntry(1, "user", "All of it."), TranscriptEntry(2, "assistant", reply)])
+    row = transcript.row(2)
+    assert row is not None
+    qtbot.waitUntil(lambda: _laid_out(row), timeout=60_000)
+
+    assert row.code_blocks() == [code]
+    assert code in row.rendered_text()
+    with qtbot.waitSignal(transcript.copied):
+        _click(transcript, transcript.code_copy_rect(2, 0).center())
+    assert QGuiApplication.clipboard().text() == code
+    with pytest.raises(IndexError):
+        transcript.code_copy_rect(2, 1)

@@ -10,6 +10,11 @@ re-laid out everything on each flush. Here a row is data plus cached documents:
 - A streaming reply is settled blocks (each rendered once, code highlighted when its fence closes)
   plus a live tail re-rendered on each flush; a tail too long to re-render cheaply grows by plain
   appends until it settles. Deltas are coalesced on a 40 ms timer.
+- A table or code block too big for one document (a 2,000-row table, a 50,000-line listing) comes as
+  pieces (`ui.markdown.split_block`) that make their documents when first needed. Those in view are
+  laid out first, within a budget per event-loop turn shared by everything in that turn; the idle pass
+  lays out the rest, and repaints only when what is in view changed. A resize lays out again what is
+  in view first; until its turn, a piece shows as laid out for the old width.
 - Painting draws only the rows, and within a row only the blocks, that intersect the exposed area.
 - When a row above the viewport changes height, the scroll position moves with it, so what the user
   reads does not jump; the view follows a growing reply only when it was already at the bottom.
@@ -25,7 +30,7 @@ import html
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from PySide6.QtCore import (
@@ -62,12 +67,17 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QAbstractScrollArea, QMenu, QToolTip, QWidget
 
 from ui.markdown import (
+    TABLE_BORDER,
+    TABLE_CELL_PADDING,
     BlockSplitter,
+    Piece,
     RenderStyle,
     Segment,
     append_plain,
     render_markdown,
+    render_piece,
     render_plain,
+    split_block,
     split_markdown,
 )
 from ui.safe_browser import ConfirmOpen, OpenUrl, confirm_open_url, is_openable
@@ -82,8 +92,14 @@ BOTTOM_SLACK_PX = 4
 TAIL_MARKDOWN_LIMIT = 3_000
 # Rendering work per event-loop turn; a burst of text, or a very long message, is rendered in slices.
 RENDER_BUDGET_S = 0.008
+# Laying out pieces of split blocks per event-loop turn, all callers together: less than the render
+# budget, to leave room for the paint that shows them.
+PIECE_BUDGET_S = 0.005
 # Rows keeping their rendered documents; the rest keep only their height.
 MAX_RENDERED_ROWS = 300
+# After a resize, pieces of split blocks wait this long to be laid out again, and so does the idle pass
+# (resizes come one after the other while the user drags).
+RESIZE_IDLE_DELAY_MS = 100
 # Time the idle measuring pass may take per event-loop turn.
 IDLE_SLICE_S = 0.004
 COPIED_FEEDBACK_MS = 1_500
@@ -224,6 +240,28 @@ class _Hit:
     key: str
 
 
+class _Budget:
+    """Laying out blocks until a deadline: one more is started only when one like the last few still fits
+    before it (the first one whenever there is time at all, so every call gets somewhere)."""
+
+    # Seconds one block has taken to lay out lately (the same for every row: the same kinds of blocks).
+    cost = 0.0
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.used = False
+
+    def allows(self) -> bool:
+        now = time.perf_counter()
+        return now < self.deadline and (not self.used or now + _Budget.cost <= self.deadline)
+
+    def layout(self, segment: Segment, width: float) -> None:
+        started = time.perf_counter()
+        segment.layout(width)
+        _Budget.cost = 0.7 * _Budget.cost + 0.3 * (time.perf_counter() - started)
+        self.used = True
+
+
 @dataclass(frozen=True)
 class _Fonts:
     body: QFont
@@ -235,6 +273,7 @@ class _Fonts:
     average_char: float
     line: float
     chrome: float
+    code_line: float
 
 
 class MessageRow:
@@ -265,9 +304,14 @@ class MessageRow:
         self._tail_generation = -1
         self._tail_stale = False
         self._backlog: deque[str] = deque()
+        # The block being cut into pieces (`split_block`), a few at a time like the backlog.
+        self._cutting: Iterator[str | Piece] | None = None
         self.height = 0
-        # The width `height` is exact for; None while it is an estimate.
+        # The width `height` is for; None while it is an estimate for the whole row.
         self.measured_width: int | None = None
+        # False while some blocks have only an estimated height at `measured_width` (a reply of thousands
+        # of blocks is laid out where it is seen first, the rest a slice at a time).
+        self.exact = False
         self.geometry: _Geometry | None = None
         self.flash_until = 0.0
         self.copied: str | None = None
@@ -368,7 +412,9 @@ class MessageRow:
         return "\n".join(pieces)
 
     def code_blocks(self) -> list[str]:
-        return [code.text for segment in self.segments or [] for code in segment.code_blocks]
+        return [
+            code.text for segment in self.segments or [] for code in segment.code_blocks if not code.continued
+        ]
 
     # -- rendering ---------------------------------------------------------------------------------
 
@@ -396,7 +442,11 @@ class MessageRow:
     @property
     def draining(self) -> bool:
         """Blocks settled but not rendered yet (a burst of text, or a long message shown in slices)."""
-        return bool(self._backlog) or (self._tail_stale and self._splitter is not None)
+        return (
+            bool(self._backlog)
+            or self._cutting is not None
+            or (self._tail_stale and self._splitter is not None)
+        )
 
     def release(self, *, restyle: bool = False) -> None:
         """Drop the documents (the height stays valid for the width it was measured at). A streaming row
@@ -406,6 +456,7 @@ class MessageRow:
         self.segments = None
         self.geometry = None
         self._backlog.clear()
+        self._cutting = None
         self._tail = None
         self.thinking = None
 
@@ -442,6 +493,7 @@ class MessageRow:
         if self.segments is not None:
             self.segments = []
         self._backlog.clear()
+        self._cutting = None
         self._tail = None
         self._tail_stale = False
         self.geometry = None
@@ -516,10 +568,21 @@ class MessageRow:
     def _drain(self, style: RenderStyle, deadline: float) -> bool:
         assert self.segments is not None
         changed = False
-        while self._backlog:
-            segment = render_markdown(self._backlog.popleft(), style)
-            if self.geometry is not None:
-                segment.layout(self._content_width(self.geometry.width))
+        while self._backlog or self._cutting is not None:
+            if self._cutting is None:
+                self._cutting = split_block(self._backlog.popleft())
+            item = next(self._cutting, None)
+            if item is None:
+                self._cutting = None
+                continue
+            if isinstance(item, str):
+                segment = render_markdown(item, style)
+                if self.geometry is not None:
+                    segment.layout(self.content_width(self.geometry.width))
+            else:
+                # Made when first needed, and laid out where it is seen first (see `layout`).
+                segment = render_piece(item, style)
+                self.exact = False
             self.segments.append(segment)
             changed = True
             if time.perf_counter() >= deadline:
@@ -546,16 +609,16 @@ class MessageRow:
             self._tail_plain = True
         self._tail_generation = generation
         if self._tail is not None and self.geometry is not None:
-            self._tail.layout(self._content_width(self.geometry.width))
+            self._tail.layout(self.content_width(self.geometry.width))
 
     # -- layout ------------------------------------------------------------------------------------
 
     @staticmethod
-    def _content_width(width: int) -> float:
+    def content_width(width: int) -> float:
         return float(max(40, width - 2 * ROW_PAD))
 
     def estimate(self, width: int, fonts: _Fonts) -> int:
-        per_line = max(20.0, self._content_width(width) / fonts.average_char)
+        per_line = max(20.0, self.content_width(width) / fonts.average_char)
         text = self.text
         lines = text.count("\n") + len(text) / per_line + 1
         if self.has_thinking:
@@ -565,36 +628,145 @@ class MessageRow:
                 lines += reasoning.count("\n") + len(reasoning) / per_line
         return math.ceil(fonts.chrome + lines * fonts.line)
 
-    def layout(self, width: int, style: RenderStyle, fonts: _Fonts, deadline: float) -> int:
-        """Exact geometry for `width`; renders first if needed (see `render`). Returns the height."""
+    def layout(
+        self,
+        width: int,
+        style: RenderStyle,
+        fonts: _Fonts,
+        deadline: float,
+        window: tuple[float, float] | None = None,
+        pieces_until: float | None = None,
+    ) -> int:
+        """Geometry for `width`; renders first if needed (see `render`). Returns the height.
+
+        The pieces of split blocks are laid out while there is time before `pieces_until` (by default
+        `deadline`), those in `window` (row coordinates: what is in view) first; the rest keep an estimated
+        height (`exact` is False) until a later call lays them out.
+        """
         self.render(style, deadline)
         assert self.segments is not None
         self._ensure_thinking(style)
-        content = self._content_width(width)
+        content = self.content_width(width)
         role_h = QFontMetricsF(fonts.role).height()
         header = QRectF(ROW_PAD, ROW_PAD, content, role_h)
         thinking, thinking_top, body_top = self._place_thinking(content, header.bottom() + GAP, fonts)
-        tops: list[float] = []
-        y = body_top
-        for segment in self.segments:
-            tops.append(y)
-            y += segment.layout(content) + SEGMENT_GAP
-        if self._tail is not None:
-            y += self._tail.layout(content) + SEGMENT_GAP
-        body = max(0.0, y - body_top - SEGMENT_GAP)
         geometry = _Geometry(
-            width, header, body_top, tops, body, None, None, None, [], 0, thinking, thinking_top
+            width, header, body_top, [], 0.0, None, None, None, [], 0, thinking, thinking_top
         )
         self.geometry = geometry
+        self._place_segments(
+            0, body_top, content, fonts, deadline if pieces_until is None else pieces_until, window
+        )
         self._layout_footer(fonts)
         self.measured_width = width
         return self.height
 
-    def relayout_growth(self, fonts: _Fonts) -> None:
-        """After a flush: lay out only the new blocks and the tail, then the footer."""
+    def _place_segments(
+        self,
+        first: int,
+        y: float,
+        content: float,
+        fonts: _Fonts,
+        deadline: float,
+        window: tuple[float, float] | None,
+    ) -> None:
+        """Place the blocks from number `first` on, below `y` (the bottom of the one before), then the tail.
+
+        Blocks not laid out at `content` width are laid out while there is time before `deadline`, those
+        in `window` first; the others keep the height they had at another width, or an estimate.
+        """
         geometry = self.geometry
         assert geometry is not None and self.segments is not None
-        content = self._content_width(geometry.width)
+        segments = self.segments
+        for segment in segments[first:]:
+            if segment.width < 0 and not segment.height:
+                segment.height = self._estimate_segment(segment, content, fonts)
+        budget = _Budget(deadline)
+        laid_out = False
+        if window is not None:
+            self._place_tops(first, y)
+            tops = geometry.seg_tops
+            for index in range(max(first, bisect.bisect_right(tops, window[0]) - 1), len(segments)):
+                if tops[index] >= window[1]:
+                    break
+                if segments[index].width != content and budget.allows():
+                    budget.layout(segments[index], content)
+                    laid_out = True
+        exact = True
+        for segment in segments[first:]:
+            if segment.width == content:
+                continue
+            # A block of its own is laid out at once, as it was rendered; only pieces wait their turn.
+            if not segment.lazy or budget.allows():
+                budget.layout(segment, content)
+                laid_out = True
+            else:
+                exact = False
+        if laid_out or window is None:
+            self._place_tops(first, y)
+        y = geometry.seg_tops[-1] + segments[-1].height if geometry.seg_tops else geometry.body_top
+        if self._tail is not None:
+            if geometry.seg_tops:
+                y += SEGMENT_GAP
+            y += self._tail.layout(content)
+        geometry.body_height = y - geometry.body_top
+        self.exact = exact and all(segment.width == content for segment in segments[:first])
+
+    def _place_tops(self, first: int, y: float) -> None:
+        geometry = self.geometry
+        assert geometry is not None and self.segments is not None
+        tops = geometry.seg_tops
+        del tops[first:]
+        for segment in self.segments[first:]:
+            if tops:
+                y += -segment.overlap if segment.joined else SEGMENT_GAP
+            tops.append(y)
+            y += segment.height
+
+    @staticmethod
+    def _estimate_segment(segment: Segment, content: float, fonts: _Fonts) -> float:
+        """A height for a block not laid out yet: whole pixels, like the pieces' real heights."""
+        source = segment.source
+        if segment.columns:
+            # Table rows under the table's head, which only the first piece shows.
+            rows = source.count("\n") - (2 if segment.joined else 1)
+            return math.ceil(rows * (fonts.line + 2 * TABLE_CELL_PADDING + TABLE_BORDER))
+        line = fonts.code_line if segment.code_blocks else fonts.line
+        per_line = max(20.0, content / fonts.average_char)
+        return math.ceil((source.count("\n") + len(source) / per_line + 1) * line)
+
+    def exact_in(self, window: tuple[float, float]) -> bool:
+        """Whether the blocks in `window` (row coordinates) are laid out at the row's width."""
+        geometry = self.geometry
+        if geometry is None or self.segments is None:
+            return False
+        if self.exact:
+            return True
+        content = self.content_width(geometry.width)
+        return all(segment.width == content for _top, segment in self.segments_between(*window))
+
+    def pin(self, y: float) -> tuple[int, float] | None:
+        """Where row coordinate `y` is among the blocks: (block, fraction of it above `y`), to find the same
+        place again (`unpin`) once blocks above it, or the width, changed."""
+        geometry = self.geometry
+        if geometry is None or not self.segments or not geometry.seg_tops or y < geometry.body_top:
+            return None
+        index = bisect.bisect_right(geometry.seg_tops, y) - 1
+        return index, (y - geometry.seg_tops[index]) / max(1.0, self.segments[index].height)
+
+    def unpin(self, pin: tuple[int, float]) -> float | None:
+        geometry = self.geometry
+        index, fraction = pin
+        if geometry is None or self.segments is None or index >= len(geometry.seg_tops):
+            return None
+        return geometry.seg_tops[index] + fraction * self.segments[index].height
+
+    def relayout_growth(self, fonts: _Fonts, deadline: float, window: tuple[float, float]) -> None:
+        """After a flush: lay out only the new blocks (see `layout` for `deadline` and `window`) and the
+        tail, then the footer."""
+        geometry = self.geometry
+        assert geometry is not None and self.segments is not None
+        content = self.content_width(geometry.width)
         # The reasoning above the answer may have grown (or appeared): the answer's blocks move down.
         thinking, thinking_top, body_top = self._place_thinking(
             content, geometry.header.bottom() + GAP, fonts
@@ -603,16 +775,11 @@ class MessageRow:
         if shift:
             geometry.seg_tops = [top + shift for top in geometry.seg_tops]
         geometry.thinking, geometry.thinking_top, geometry.body_top = thinking, thinking_top, body_top
+        first = len(geometry.seg_tops)
         y = geometry.body_top
-        if geometry.seg_tops:
-            last = len(geometry.seg_tops) - 1
-            y = geometry.seg_tops[last] + self.segments[last].height + SEGMENT_GAP
-        for segment in self.segments[len(geometry.seg_tops) :]:
-            geometry.seg_tops.append(y)
-            y += segment.layout(content) + SEGMENT_GAP
-        if self._tail is not None:
-            y += self._tail.layout(content) + SEGMENT_GAP
-        geometry.body_height = max(0.0, y - geometry.body_top - SEGMENT_GAP)
+        if first:
+            y = geometry.seg_tops[first - 1] + self.segments[first - 1].height
+        self._place_segments(first, y, content, fonts, deadline, window)
         self._layout_footer(fonts)
 
     def _place_thinking(
@@ -636,7 +803,7 @@ class MessageRow:
     def _layout_footer(self, fonts: _Fonts) -> None:
         geometry = self.geometry
         assert geometry is not None
-        content = self._content_width(geometry.width)
+        content = self.content_width(geometry.width)
         y = geometry.body_top + geometry.body_height
         if self.streaming and not self.segments and self._tail is None:
             y += QFontMetricsF(fonts.body).lineSpacing()
@@ -682,10 +849,7 @@ class MessageRow:
             return []
         placed = list(zip(geometry.seg_tops, self.segments, strict=False))
         if self._tail is not None:
-            bottom = geometry.body_top
-            if placed:
-                bottom = placed[-1][0] + placed[-1][1].height + SEGMENT_GAP
-            placed.append((bottom, self._tail))
+            placed.append((self._tail_top(), self._tail))
         return placed
 
     def segments_between(self, top: float, bottom: float) -> list[tuple[float, Segment]]:
@@ -704,12 +868,18 @@ class MessageRow:
             if y + segment.height > top:
                 found.append((y, segment))
         if self._tail is not None:
-            y = geometry.body_top
-            if tops:
-                y = tops[-1] + self.segments[len(tops) - 1].height + SEGMENT_GAP
+            y = self._tail_top()
             if y < bottom and y + self._tail.height > top:
                 found.append((y, self._tail))
         return found
+
+    def _tail_top(self) -> float:
+        geometry = self.geometry
+        assert geometry is not None and self.segments is not None
+        tops = geometry.seg_tops
+        if not tops:
+            return geometry.body_top
+        return tops[-1] + self.segments[len(tops) - 1].height + SEGMENT_GAP
 
 
 class Transcript(QAbstractScrollArea):
@@ -753,6 +923,7 @@ class Transcript(QAbstractScrollArea):
         self._settling = False
         self._idle_queue: list[int] = []
         self._idle_next = 0
+        self._idling = False
         self._thinking_display = "collapsed"
 
         self._flush_timer = QTimer(self)
@@ -763,6 +934,13 @@ class Transcript(QAbstractScrollArea):
         self._idle_timer.setSingleShot(True)
         self._idle_timer.setInterval(0)
         self._idle_timer.timeout.connect(self._idle_measure)
+        self._turn_deadline: float | None = None
+        self._resized_until = 0.0
+        # Fires once the events of the turn that started a budget are done: the next turn gets a new one.
+        self._turn_timer = QTimer(self)
+        self._turn_timer.setSingleShot(True)
+        self._turn_timer.setInterval(0)
+        self._turn_timer.timeout.connect(self._next_turn)
         self._feedback_timer = QTimer(self)
         self._feedback_timer.setSingleShot(True)
         self._feedback_timer.timeout.connect(self._clear_feedback)
@@ -806,6 +984,7 @@ class Transcript(QAbstractScrollArea):
             max(1.0, metrics.averageCharWidth()),
             metrics.lineSpacing(),
             chrome,
+            QFontMetricsF(self._style.code_font).lineSpacing(),
         )
 
     @property
@@ -942,7 +1121,7 @@ class Transcript(QAbstractScrollArea):
         row.entry = replace(row.entry, context_note=context_note)
         if row.geometry is not None:
             old = row.height
-            row.relayout_growth(self._fonts)
+            row.relayout_growth(self._fonts, self._turn_budget(), self._window(index))
             self._height_changed(index, row.height - old, at_end=True)
         self._after_growth()
 
@@ -1044,7 +1223,7 @@ class Transcript(QAbstractScrollArea):
     def thinking_rect(self, message_id: int) -> QRect:
         """The Thinking label of a reply, in viewport coordinates, after scrolling it into view."""
         index = self._index[message_id]
-        self._measure(index)
+        self._measure_all(index)
         geometry = self._rows[index].geometry
         assert geometry is not None
         if geometry.thinking is None:
@@ -1081,7 +1260,9 @@ class Transcript(QAbstractScrollArea):
                 continue
             old = row.height
             if row.geometry is not None and row.geometry.width == self._width:
-                row.relayout_growth(self._fonts)
+                row.relayout_growth(self._fonts, self._turn_budget(), self._window(index))
+                if not row.exact:
+                    self._schedule_idle()
             else:
                 row.height = row.estimate(self._width, self._fonts)
                 row.measured_width = None
@@ -1094,6 +1275,18 @@ class Transcript(QAbstractScrollArea):
 
     def _deadline(self) -> float:
         return time.perf_counter() + RENDER_BUDGET_S
+
+    def _turn_budget(self) -> float:
+        """When this turn of the event loop has spent its budget for laying out pieces of split blocks.
+        Everything in a turn shares it (a resize, the paint after it, a flush, the idle pass), so together
+        they stay within one budget however often each asks."""
+        if self._turn_deadline is None:
+            self._turn_deadline = time.perf_counter() + PIECE_BUDGET_S
+            self._turn_timer.start()
+        return self._turn_deadline
+
+    def _next_turn(self) -> None:
+        self._turn_deadline = None
 
     def finish(
         self,
@@ -1162,21 +1355,58 @@ class Transcript(QAbstractScrollArea):
             self._update_scroll_range()
             self._scroll_to(value + delta)
 
-    def _measure(self, index: int, *, at_end: bool = False) -> bool:
-        """Lay out a row exactly at the current width; True if its height changed."""
+    def _measure(self, index: int, *, at_end: bool = False, until: float | None = None) -> bool:
+        """Lay out a row at the current width, what is in view first, until `until` (by default the end of
+        this turn's budget, and a row whose part in view is laid out is left as it is). The pieces of a
+        split block still not laid out are left to the idle pass. True if the row's height changed."""
         row = self._rows[index]
-        if row.measured_width == self._width and row.geometry is not None:
+        top = self._top(index)
+        value = self.verticalScrollBar().value()
+        window = self._window(index)
+        measured = row.measured_width == self._width and row.geometry is not None
+        pieces_until = self._turn_budget() if until is None else until
+        if until is None and time.perf_counter() < self._resized_until:
+            # Mid-drag: pieces keep their layout for the last width until the resizing pauses.
+            pieces_until = 0.0
+        if measured and (row.exact or (until is None and row.exact_in(window))):
+            return False
+        if measured and time.perf_counter() >= pieces_until:
+            self._schedule_idle()
             return False
         old = row.height
-        row.layout(self._width, self._style, self._fonts, self._deadline())
+        # Where the top of the view is inside this row, to keep it there as blocks above it change height.
+        pin = row.pin(window[0]) if measured and top < value < top + old else None
+        deadline = self._deadline() if until is None else until
+        row.layout(self._width, self._style, self._fonts, deadline, window, pieces_until)
+        if not row.exact:
+            self._schedule_idle()
         if row.draining:
             self._dirty.add(row.message_id)
             if not self._flush_timer.isActive():
                 self._flush_timer.start(0)
-        if row.height != old:
+        if row.height == old:
+            return False
+        place = row.unpin(pin) if pin is not None else None
+        if place is not None and not self._stick_to_bottom:
+            self._tops_valid = False
+            self._update_scroll_range()
+            self._scroll_to(top + round(place))
+        else:
             self._height_changed(index, row.height - old, at_end=at_end)
-            return True
-        return False
+        return True
+
+    def _measure_all(self, index: int) -> None:
+        """Render and lay out all of a row now: the places the locating helpers report must be exact."""
+        row = self._rows[index]
+        if row.segments is not None and row.draining:
+            row.apply_pending(self._style, math.inf)
+            row.geometry = None
+        self._measure(index, until=math.inf)
+
+    def _window(self, index: int) -> tuple[float, float]:
+        """The viewport in the row's coordinates."""
+        top = self._top(index) - self.verticalScrollBar().value()
+        return float(-top), float(self.viewport().height() - top)
 
     def _relayout_all(self) -> None:
         self._width = self._row_width()
@@ -1185,10 +1415,17 @@ class Transcript(QAbstractScrollArea):
         self._settle_viewport()
         if self._stick_to_bottom:
             self._scroll_to(self.verticalScrollBar().maximum())
+        self._schedule_idle(restart=True)
+        self.viewport().update()
+
+    def _schedule_idle(self, *, restart: bool = False, delay_ms: int = 0) -> None:
+        """Measure what is not exact yet in the background, from the viewport out (`restart`: from the
+        start, even if a pass is under way), beginning in `delay_ms`."""
+        if not restart and (self._idling or self._idle_timer.isActive()):
+            return
         self._idle_queue = []
         self._idle_next = 0
-        self._idle_timer.start()
-        self.viewport().update()
+        self._idle_timer.start(delay_ms)
 
     def _update_scroll_range(self) -> None:
         self._ensure_tops()
@@ -1233,25 +1470,56 @@ class Transcript(QAbstractScrollArea):
             self._settling = False
 
     def _idle_measure(self) -> None:
-        """Measure the rows not measured yet, nearest to the viewport first, a few at a time."""
-        deadline = time.perf_counter() + IDLE_SLICE_S
+        """Measure the rows not measured yet, nearest to the viewport first, a few at a time.
+
+        What it lays out is mostly out of view; where the view only shifts with it (blocks above it grew
+        or shrank), nothing is repainted: a paint of a viewport full of table costs more than the slice.
+        """
+        deadline = min(self._turn_budget(), time.perf_counter() + IDLE_SLICE_S)
         if not self._idle_queue:
             self._idle_queue = self._idle_order()
         order = self._idle_queue
-        while self._idle_next < len(order):
-            index = order[self._idle_next]
-            self._idle_next += 1
-            if index < len(self._rows):
-                self._measure(index)
-            if time.perf_counter() > deadline:
-                break
-        self._update_scroll_range()
-        if self._stick_to_bottom:
-            self._scroll_to(self.verticalScrollBar().maximum())
+        shown = self._view_signature()
+        self._idling = True
+        try:
+            while self._idle_next < len(order):
+                index = order[self._idle_next]
+                if index < len(self._rows):
+                    self._measure(index, until=deadline)
+                    if not self._rows[index].exact:
+                        # Out of time in the middle of a long row: it goes on from there next time.
+                        break
+                self._idle_next += 1
+                if time.perf_counter() > deadline:
+                    break
+            self._update_scroll_range()
+            if self._stick_to_bottom:
+                self._scroll_to(self.verticalScrollBar().maximum())
+        finally:
+            self._idling = False
+        if self._view_signature() != shown:
+            self.viewport().update()
         # After the scroll range caught up with the new heights: "far" is measured from what is shown.
         self._release_far_rows()
         if self._idle_next < len(order):
-            self._idle_timer.start()
+            self._idle_timer.start(0)
+
+    def _view_signature(self) -> list[tuple[object, ...]]:
+        """What the viewport shows, where: each row in view and, in viewport coordinates, its top, the
+        blocks in view and its bottom if in view. Equal before and after a change: nothing to repaint."""
+        value = self.verticalScrollBar().value()
+        height = self.viewport().height()
+        shown: list[tuple[object, ...]] = []
+        for index in self._visible_range(value, value + height):
+            row = self._rows[index]
+            top = self._top(index) - value
+            blocks = [
+                (id(segment), y + top, segment.width)
+                for y, segment in row.segments_between(-top, height - top)
+            ]
+            bottom = top + row.height if top + row.height <= height else None
+            shown.append((id(row), row.measured_width, top if top >= 0 else None, bottom, blocks))
+        return shown
 
     def _idle_order(self) -> list[int]:
         value = self.verticalScrollBar().value()
@@ -1283,7 +1551,11 @@ class Transcript(QAbstractScrollArea):
         if not self._scrolling:
             self._stick_to_bottom = self.is_at_bottom()
         self._settle_viewport()
-        self.viewport().update()
+        if not self._idling:
+            self.viewport().update()
+
+    def scrollContentsBy(self, dx: int, dy: int) -> None:
+        """Nothing: `_on_scrolled` repaints, unless the scroll only follows content that moved with it."""
 
     def scroll_to_bottom(self) -> None:
         self._stick_to_bottom = True
@@ -1333,7 +1605,7 @@ class Transcript(QAbstractScrollArea):
     def action_rect(self, message_id: int, action: str) -> QRect:
         """Where an action button is, in viewport coordinates, after scrolling it into view."""
         index = self._index[message_id]
-        self._measure(index)
+        self._measure_all(index)
         geometry = self._rows[index].geometry
         assert geometry is not None
         rect = next((r for name, r in geometry.actions if name == action), None)
@@ -1345,9 +1617,9 @@ class Transcript(QAbstractScrollArea):
     def code_copy_rect(self, message_id: int, number: int = 0) -> QRect:
         """The Copy button of the message's `number`-th code block, in viewport coordinates."""
         index = self._index[message_id]
-        self._measure(index)
+        self._measure_all(index)
         row = self._rows[index]
-        blocks = [(y, s, c) for y, s in row.body_segments() for c in s.code_blocks]
+        blocks = [(y, s, c) for y, s in row.body_segments() for c in s.code_blocks if not c.continued]
         y, segment, code = blocks[number]
         button = self._copy_button(segment.code_rect(code)).translated(ROW_PAD, y)
         self._ensure_visible(index, button)
@@ -1356,7 +1628,7 @@ class Transcript(QAbstractScrollArea):
     def text_point(self, message_id: int, text: str) -> QPoint:
         """The middle of the first character of `text` in the message, in viewport coordinates."""
         index = self._index[message_id]
-        self._measure(index)
+        self._measure_all(index)
         for y, segment in self._rows[index].body_segments():
             cursor = segment.document.find(text)
             if cursor.isNull():
@@ -1372,6 +1644,10 @@ class Transcript(QAbstractScrollArea):
             self._ensure_visible(index, QRectF(point, QSize(1, 1)))
             return (point + self._row_origin(index)).toPoint()
         raise KeyError(f"{text!r} is not in message {message_id}")
+
+    def row_top(self, message_id: int) -> int:
+        """Where a message's row starts, in the coordinates the vertical scroll bar's value is in."""
+        return self._top(self._index[message_id])
 
     def visible_message_ids(self) -> list[int]:
         value = self.verticalScrollBar().value()
@@ -1407,6 +1683,10 @@ class Transcript(QAbstractScrollArea):
         geometry = row.geometry
         assert geometry is not None
         bubble = QRectF(0.5, 0.5, geometry.width - 1, geometry.height - 1)
+        # Only the part in view (its cut edges, and their rounded corners, just out of view): a bubble
+        # thousands of pixels tall costs as much to fill as it is tall.
+        bubble.setTop(max(bubble.top(), top - 2 * ROW_PAD))
+        bubble.setBottom(min(bubble.bottom(), bottom + 2 * ROW_PAD))
         fill = theme.user_bubble if row.role == "user" else theme.assistant_bubble
         border = theme.user_border if row.role == "user" else theme.assistant_border
         if row.flash_until > now:
@@ -1421,8 +1701,19 @@ class Transcript(QAbstractScrollArea):
         if geometry.thinking is not None:
             self._paint_thinking(painter, row, top, bottom, now)
 
+        content = row.content_width(geometry.width)
         for y, segment in row.segments_between(top, bottom):
-            self._paint_segment(painter, row, segment, QPointF(ROW_PAD, y), top - y, bottom - y)
+            # A piece not laid out yet is left blank; one laid out at another width (the window is being
+            # resized) shows as it was, cut to the row, until its turn to be laid out again comes.
+            if segment.width > 0:
+                if segment.width != content:
+                    painter.save()
+                    painter.setClipRect(
+                        QRectF(ROW_PAD, y, content, segment.height), Qt.ClipOperation.IntersectClip
+                    )
+                self._paint_segment(painter, row, segment, QPointF(ROW_PAD, y), top - y, bottom - y)
+                if segment.width != content:
+                    painter.restore()
 
         painter.setFont(self._fonts.small)
         flags = int(Qt.TextFlag.TextWordWrap)
@@ -1486,6 +1777,13 @@ class Transcript(QAbstractScrollArea):
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(QColor(theme.code_bg))
             painter.drawRoundedRect(rect, 6, 6)
+            # Where a piece of a long code block meets the next, the corners stay square: one block.
+            if code.continued:
+                painter.drawRect(QRectF(rect.left(), rect.top(), rect.width(), 6))
+            if code.open_end:
+                painter.drawRect(QRectF(rect.left(), rect.bottom() - 6, rect.width(), 6))
+            if code.continued:
+                continue
             strip = QRectF(rect.left(), rect.top(), rect.width(), 22)
             painter.setBrush(QColor(theme.code_header))
             painter.drawRoundedRect(strip, 6, 6)
@@ -1513,6 +1811,8 @@ class Transcript(QAbstractScrollArea):
         palette.setColor(QPalette.ColorRole.Text, QColor(theme.text))
         context.palette = palette
         painter.setPen(QColor(theme.text))
+        # Text is antialiased on its own; antialiased table borders made a viewport of table 3× slower.
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
         segment.document.documentLayout().draw(painter, context)
         painter.restore()
 
@@ -1563,7 +1863,7 @@ class Transcript(QAbstractScrollArea):
             for top, segment in row.segments_between(local.y(), local.y() + 1):
                 inner = local - QPointF(ROW_PAD, top)
                 for number, code in enumerate(segment.code_blocks):
-                    if self._copy_button(segment.code_rect(code)).contains(inner):
+                    if not code.continued and self._copy_button(segment.code_rect(code)).contains(inner):
                         return _Hit(row.message_id, "code", f"{id(segment)}:{number}")
                 href = segment.document.documentLayout().anchorAt(inner)
                 if href:
@@ -1716,8 +2016,15 @@ class Transcript(QAbstractScrollArea):
             row.geometry = None
         self._relayout_all()
         self._restore_anchor(anchor)
+        # While the window is being resized, pieces of split blocks show as laid out for the width before
+        # (cut to the row) and the idle pass waits: a drag is not slowed down by laying out what would be
+        # laid out again at the next width. Once it pauses, what is in view is laid out first.
+        self._resized_until = time.perf_counter() + RESIZE_IDLE_DELAY_MS / 1000
+        self._schedule_idle(restart=True, delay_ms=RESIZE_IDLE_DELAY_MS)
 
-    def _anchor(self) -> tuple[int, float] | None:
+    def _anchor(self) -> tuple[int, float, tuple[int, float] | None] | None:
+        """The row at the top of the view, how far into it the view starts, and where that is among its
+        blocks (a long reply rewraps unevenly: the block being read is what should stay in view)."""
         if self._stick_to_bottom or not self._rows:
             return None
         value = self.verticalScrollBar().value()
@@ -1726,13 +2033,21 @@ class Transcript(QAbstractScrollArea):
             return None
         index = visible.start
         row = self._rows[index]
-        return index, (value - self._top(index)) / max(1, row.height)
+        offset = value - self._top(index)
+        return index, offset / max(1, row.height), row.pin(offset)
 
-    def _restore_anchor(self, anchor: tuple[int, float] | None) -> None:
+    def _restore_anchor(self, anchor: tuple[int, float, tuple[int, float] | None] | None) -> None:
         if anchor is None:
             return
-        index, fraction = anchor
-        self._measure(index)
+        index, fraction, pin = anchor
+        row = self._rows[index]
+        place = row.unpin(pin) if pin is not None else None
+        for _ in range(4):
+            # Laying out what comes into view can move the place again; a few rounds settle it.
+            self._update_scroll_range()
+            self._scroll_to(self._top(index) + round(fraction * row.height if place is None else place))
+            if not self._measure(index):
+                break
+            place = row.unpin(pin) if pin is not None else None
         self._update_scroll_range()
-        self._scroll_to(self._top(index) + round(fraction * self._rows[index].height))
         self._settle_viewport()
