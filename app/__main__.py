@@ -25,7 +25,7 @@ def _ensure_std_streams() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from app.cli import main as cli_main
+    from app.cli.main import main as cli_main
 
     _ensure_std_streams()
     return cli_main(argv, gui=_run_gui, crash_handlers=True)

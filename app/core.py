@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from app.conversations import ConversationStore
-from app.db import Database
+from app.conversations.store import ConversationStore
 from app.errors import DamagedDatabase
-from app.library import ModelLibrary
+from app.library.installed import ModelLibrary
 from app.paths import HearthPaths
 from app.settings import Settings, load_settings
+from app.storage.db import Database
 
 log = logging.getLogger("hearth.core")
 

@@ -9,7 +9,7 @@ from importlib import metadata
 from typing import Any
 
 from app.paths import HearthPaths
-from app.secrets import keyring_report
+from app.secret_store import keyring_report
 from inference.ggml_backends import CpuKernelMemory, kernels_for_this_machine, ranked_variants
 from inference.hardware import llama_backend, probe_hardware
 

@@ -52,7 +52,7 @@ class HearthPaths:
 
     @property
     def instance_lock(self) -> Path:
-        """Held by the running window (app.single_instance); `hearth restore` refuses while it is."""
+        """Held by the running window (app.qt.single_instance); `hearth restore` refuses while it is."""
         return self.home / "hearth.lock"
 
     def ensure(self) -> HearthPaths:

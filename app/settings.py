@@ -1,4 +1,6 @@
-"""User settings: typed, versioned JSON at `HearthPaths.settings_path`. Never secrets (see app.secrets)."""
+"""User settings: typed, versioned JSON at `HearthPaths.settings_path`.
+
+Never secrets (see app.secret_store)."""
 
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ class Settings:
     theme: str = "system"
     language: str = "system"
     show_thinking: str = "collapsed"
-    # The OpenAI-compatible API on 127.0.0.1 (app.local_server): off until the user turns it on.
+    # The OpenAI-compatible API on 127.0.0.1 (app.local_api.server): off until the user turns it on.
     local_server_enabled: bool = False
     local_server_port: int = 8765
 

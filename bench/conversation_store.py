@@ -35,8 +35,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.conversations import ConversationStore, match_expression
-from app.db import Database
+from app.conversations.store import ConversationStore, match_expression
+from app.storage.db import Database
 from bench import results
 
 SEED = 20240601

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.download_throughput [--size-mib 400] [--rounds 5] [--no-publish]
 
 A GGUF file of --size-mib (random tensor bytes, written to a temporary folder, never committed) is served
-by the test hub server (tests/hubserver.py, sendfile on 127.0.0.1). Hearth's path is the whole
+by the test hub server (tests/helpers/hubserver.py, sendfile on 127.0.0.1). Hearth's path is the whole
 `Downloader.download` call: huggingface_hub's HTTP session, the `.part` file, streaming SHA-256, fsync,
 atomic rename and the library registration. The baseline is `curl -o FILE` of the same URL into the same
 folder (no hashing). Rounds alternate between the two. Printed and written to
@@ -35,7 +35,7 @@ TARGET = 0.90  # bar P6
 
 
 def make_gguf(path: Path, size_mib: int) -> None:
-    from tests.gguf_factory import TensorSpec, write_gguf
+    from tests.helpers.gguf_factory import TensorSpec, write_gguf
 
     rows = size_mib * MIB // (1024 * 4)
     write_gguf(path, {"general.architecture": "llama"}, [TensorSpec("blk.0.ffn_up.weight", (1024, rows), 0)])
@@ -63,11 +63,11 @@ def main() -> None:
         sys.exit("curl is not installed (apt-get install -y curl)")
 
     os.environ.pop("HF_HUB_OFFLINE", None)
-    from app.db import Database
-    from app.downloads import Downloader
-    from app.hub import HubClient
-    from app.library import ModelLibrary
-    from tests.hubserver import HubServer, ServedFile
+    from app.library.downloads import Downloader
+    from app.library.hub import HubClient
+    from app.library.installed import ModelLibrary
+    from app.storage.db import Database
+    from tests.helpers.hubserver import HubServer, ServedFile
 
     with tempfile.TemporaryDirectory(prefix="hearth-p6-") as tmp:
         root = Path(tmp)

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QDeadlineTimer, QEventLoop, Qt, QTimer
 
     from app.paths import HearthPaths
-    from app.services import AppServices
+    from app.qt.services import AppServices
     from ui.main import create_application
     from ui.main_window import MainWindow
 

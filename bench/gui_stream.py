@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import inference.client
     from app.paths import HearthPaths
-    from app.services import AppServices
+    from app.qt.services import AppServices
     from ui.main import create_application
     from ui.main_window import MainWindow
 

@@ -13,9 +13,9 @@ logs (model, KV, compute and output buffers); on a CUDA build with a GPU, every 
 used-memory delta for the load is shown next to the predicted VRAM total. Bar P7: weights + KV + compute
 within 5% or 150 MiB. Exits 1 if any load misses the bar.
 
-Larger shapes (Llama-3-8B and Gemma-3-1B, header-only files from tests/model_shapes.py whose tensor data is
-a hole) are sized by llama.cpp itself without loading or allocating weights (no_alloc): its KV cache and
-compute buffers against the prediction. Writes docs/bench/memory_estimate.json and the README's tables
+Larger shapes (Llama-3-8B and Gemma-3-1B, header-only files from tests/helpers/model_shapes.py whose tensor
+data is a hole) are sized by llama.cpp itself without loading or allocating weights (no_alloc): its KV cache
+and compute buffers against the prediction. Writes docs/bench/memory_estimate.json and the README's tables
 (bench/results.py).
 """
 
@@ -174,7 +174,7 @@ def report(load: Load, n_gpu_layers: int) -> dict[str, Any]:
 
 def large_shapes(directory: Path) -> list[dict[str, Any]]:
     """llama.cpp's own sizing of KV and compute (no weights read) for shapes too large to load here."""
-    from tests.model_shapes import dry_run, gemma3_1b_file, llama3_8b_file
+    from tests.helpers.model_shapes import dry_run, gemma3_1b_file, llama3_8b_file
 
     load_backends()
     files = {"Llama-3-8B Q4_K_M": llama3_8b_file(directory), "Gemma-3-1B": gemma3_1b_file(directory)}

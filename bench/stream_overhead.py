@@ -126,10 +126,10 @@ def bare_loop(
 def app_path(model: Path, n_tokens: int, n_ctx: int, threads: int) -> Run:
     from PySide6.QtCore import QCoreApplication, QEventLoop
 
-    from app.chat_service import ChatService
+    from app.chat.engine import ChatEngine
     from app.core import Core
-    from app.engine import ChatEngine
     from app.paths import HearthPaths
+    from app.qt.chat_service import ChatService
     from app.settings import Settings
 
     app = QCoreApplication.instance() or QCoreApplication([])

@@ -30,11 +30,11 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QEventLoop, QTimer
 
-from app.chat_service import ChatService
-from app.conversations import ConversationStore
+from app.chat.engine import ChatEngine, history_for_prompt
+from app.conversations.store import ConversationStore
 from app.core import Core
-from app.engine import ChatEngine, history_for_prompt
 from app.paths import HearthPaths
+from app.qt.chat_service import ChatService
 from app.settings import Settings
 from bench import results
 from inference.chat_template import render_chat

@@ -18,7 +18,7 @@ class ErrorKind(enum.StrEnum):
     RUNNER_CRASHED = "runner_crashed"
     NOT_LOADED = "not_loaded"
     INTERNAL = "internal"
-    # An OpenAI-compatible server (app.openai_client): not reached, key refused, rate-limited, failed,
+    # An OpenAI-compatible server (app.remote.openai_client): not reached, key refused, rate-limited, failed,
     # silent for too long, or the connection lost mid-reply.
     SERVER_UNREACHABLE = "server_unreachable"
     SERVER_CERTIFICATE = "server_certificate"  # its TLS certificate could not be verified

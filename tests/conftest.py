@@ -18,20 +18,20 @@ import keyring
 import pytest
 from keyring.backend import KeyringBackend
 
-from app.conversations import ConversationStore
+from app.chat.engine import ChatEngine
+from app.conversations.store import ConversationStore
 from app.core import Core
-from app.db import Database
-from app.engine import ChatEngine
-from app.library import ModelLibrary
+from app.library.installed import ModelLibrary
 from app.paths import resolve_home
+from app.storage.db import Database
 
 if TYPE_CHECKING:
     from PySide6.QtCore import QUrl
     from pytestqt.qtbot import QtBot
 
-    from tests.hubserver import HubServer
-    from tests.openai_peer import FaultServer, LlamaPeer
-    from tests.ui_fixtures import GuiSessions
+    from tests.helpers.hubserver import HubServer
+    from tests.helpers.openai_peer import FaultServer, LlamaPeer
+    from tests.helpers.ui_fixtures import GuiSessions
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -198,7 +198,7 @@ def store(db: Database) -> ConversationStore:
 @pytest.fixture
 def gui(qtbot: QtBot) -> Iterator[GuiSessions]:
     """Real windows on real services, closed and shut down at the end of the test."""
-    from tests.ui_fixtures import GuiSessions
+    from tests.helpers.ui_fixtures import GuiSessions
 
     with GuiSessions(qtbot) as sessions:
         yield sessions
@@ -207,7 +207,7 @@ def gui(qtbot: QtBot) -> Iterator[GuiSessions]:
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch, hermetic_home: Path) -> Iterator[HubServer]:
     """A real Hub API server on 127.0.0.1, with Hearth's endpoint pointed at it."""
-    from tests.hubserver import serve_hub
+    from tests.helpers.hubserver import serve_hub
 
     with serve_hub(monkeypatch, hermetic_home) as server:
         yield server
@@ -217,7 +217,7 @@ def hub(monkeypatch: pytest.MonkeyPatch, hermetic_home: Path) -> Iterator[HubSer
 def llama_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaPeer]:
     """llama-cpp-python's own OpenAI-compatible server running the starter model on 127.0.0.1, once per
     test session (it needs the starter model, like tests marked `model`)."""
-    from tests.openai_peer import start_llama_peer
+    from tests.helpers.openai_peer import start_llama_peer
 
     model = starter_model_file()
     if model is None:
@@ -230,8 +230,8 @@ def llama_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaPeer]:
 
 @pytest.fixture
 def fault_server() -> Iterator[FaultServer]:
-    """Our own misbehaving OpenAI-compatible server on 127.0.0.1 (tests/openai_peer.py)."""
-    from tests.openai_peer import serve_faults
+    """Our own misbehaving OpenAI-compatible server on 127.0.0.1 (tests/helpers/openai_peer.py)."""
+    from tests.helpers.openai_peer import serve_faults
 
     with serve_faults() as server:
         yield server
@@ -240,7 +240,7 @@ def fault_server() -> Iterator[FaultServer]:
 @pytest.fixture(scope="session")
 def variants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """Requantized copies of the starter model, derived once per test session."""
-    from tests.hubserver import quantized_variants
+    from tests.helpers.hubserver import quantized_variants
 
     directory = tmp_path_factory.mktemp("quants")
     yield quantized_variants(directory)

@@ -19,7 +19,7 @@ FULL_AT = 0.90
 
 
 class Usage(Protocol):
-    """What the meter reads from app.engine's ContextUsage."""
+    """What the meter reads from app.chat.engine's ContextUsage."""
 
     @property
     def used_tokens(self) -> int: ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
 
-from app.library_service import (
+from app.qt.library_service import (
     CANCELLED,
     DOWNLOADING,
     FAILED,

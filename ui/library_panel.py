@@ -31,12 +31,12 @@ from PySide6.QtWidgets import (
 )
 
 from app.errors import HearthError
-from app.hub import RepoSummary, check_repo_id
-from app.library import STARTER_SOURCE, InstalledModel
-from app.library_service import DownloadState
-from app.model_ops import DiskUsage, FileFit, RepoAssessment
-from app.secrets import SecretStatus
-from app.services import AppServices
+from app.library.hub import RepoSummary, check_repo_id
+from app.library.installed import STARTER_SOURCE, InstalledModel
+from app.library.model_ops import DiskUsage, FileFit, RepoAssessment
+from app.qt.library_service import DownloadState
+from app.qt.services import AppServices
+from app.secret_store import SecretStatus
 from inference.estimator import FitEstimate
 from inference.hardware import HardwareReport
 from ui.dialogs import ConfirmAction, confirm_action

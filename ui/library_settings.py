@@ -20,9 +20,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.errors import HearthError
-from app.hub import resolve_endpoint
-from app.secrets import SecretStatus
-from app.services import AppServices
+from app.library.hub import resolve_endpoint
+from app.qt.services import AppServices
+from app.secret_store import SecretStatus
 from ui.library_widgets import plain_label, push_button
 
 

@@ -21,9 +21,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.local_server_service import ServerState
-from app.secrets import SecretResult
-from app.services import AppServices
+from app.qt.local_api_service import ServerState
+from app.qt.services import AppServices
+from app.secret_store import SecretResult
 from ui.library_widgets import plain_label, push_button
 
 

@@ -10,8 +10,8 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.errors import HearthError
 from app.paths import HearthPaths
-from app.services import AppServices
-from app.single_instance import SingleInstance
+from app.qt.services import AppServices
+from app.qt.single_instance import SingleInstance
 from ui.assets import app_icon
 from ui.i18n import Translations
 from ui.main_window import MainWindow

@@ -46,14 +46,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.backup import BackupInfo, RestoreResult, list_backups, restore_backup
-from app.conversations import Conversation, ExportReport, ImportReport, Message, SearchHit, export_filename
-from app.engine import ContextUsage, ModelStatus
+from app.chat.engine import ContextUsage, ModelStatus
+from app.chat.presets import Preset, delete_preset, list_presets, save_preset
+from app.conversations.store import (
+    Conversation,
+    ExportReport,
+    ImportReport,
+    Message,
+    SearchHit,
+    export_filename,
+)
 from app.errors import HearthError
-from app.library import InstalledModel
-from app.presets import Preset, delete_preset, list_presets, save_preset
-from app.servers import ServerListing, split_model_name
-from app.services import AppServices
+from app.library.installed import InstalledModel
+from app.qt.services import AppServices
+from app.remote.registry import ServerListing, split_model_name
+from app.storage.backup import BackupInfo, RestoreResult, list_backups, restore_backup
 from inference.hardware import HardwareReport
 from inference.protocol import GenerationStats, SamplingParams
 from ui.composer import Composer

@@ -6,7 +6,7 @@ from PySide6.QtCore import QCoreApplication, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QVBoxLayout, QWidget
 
-from app.conversations import Message
+from app.conversations.store import Message
 
 SHA_PREFIX = 12
 SAMPLING_ORDER = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "max_tokens")

@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.conversations import HIT_END, HIT_START, SearchHit
+from app.conversations.store import HIT_END, HIT_START, SearchHit
 from ui.safe_browser import SafeTextDocument
 from ui.theme import LIGHT, Theme
 

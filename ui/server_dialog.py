@@ -20,10 +20,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.background import Background
-from app.openai_client import ServerModel
-from app.secrets import SecretResult
-from app.servers import Server, ServerRegistry
+from app.qt.background import Background
+from app.remote.openai_client import ServerModel
+from app.remote.registry import Server, ServerRegistry
+from app.secret_store import SecretResult
 from ui.dialogs import AskOpenPath, ask_open_path
 
 CA_FILES = "PEM (*.pem *.crt *.cer);;All files (*)"

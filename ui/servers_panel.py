@@ -1,7 +1,7 @@
 """Manage servers…: the servers the user added, whether each answers and with how many models, where its
 API key is kept; remove one, change or remove its key, change its CA bundle, list its models again.
 
-The work happens in app.servers_service off the GUI thread; this dialog asks and shows the answers.
+The work happens in app.qt.servers_service off the GUI thread; this dialog asks and shows the answers.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.errors import HearthError
-from app.openai_client import is_loopback
-from app.secrets import SecretResult
-from app.servers import Server, check_key_text
-from app.servers_service import Removal, ServerEntry, ServersService
+from app.qt.servers_service import Removal, ServerEntry, ServersService
+from app.remote.openai_client import is_loopback
+from app.remote.registry import Server, check_key_text
+from app.secret_store import SecretResult
 from inference.protocol import ErrorKind
 from ui.dialogs import AskOpenPath, ConfirmAction
 from ui.library_widgets import plain_label, push_button

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QTabWidget, QVBoxLayout, QWidget
 
-from app.services import AppServices
+from app.qt.services import AppServices
 from ui.library_settings import HubSettingsPage
 
 

@@ -222,7 +222,7 @@ def load_and_generate(nvml: Nvml | None, plan: Any, tokens: int) -> list[bool]:
 
 
 def experts_in_system_memory(nvml: Nvml | None) -> bool:
-    model_shapes: Any = importlib.import_module("tests.model_shapes")
+    model_shapes: Any = importlib.import_module("tests.helpers.model_shapes")
     n_layers = 8
     with tempfile.TemporaryDirectory() as work:
         model = model_shapes.tiny_moe_file(

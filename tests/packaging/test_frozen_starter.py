@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.db import Database
-from app.library import STARTER_FILENAME, STARTER_NAME, STARTER_SHA256, STARTER_SOURCE, ModelLibrary
+from app.library.installed import STARTER_FILENAME, STARTER_NAME, STARTER_SHA256, STARTER_SOURCE, ModelLibrary
+from app.storage.db import Database
 
 
 @pytest.fixture

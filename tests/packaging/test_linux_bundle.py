@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.library import STARTER_NAME, STARTER_SHA256
+from app.library.installed import STARTER_NAME, STARTER_SHA256
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]

@@ -34,9 +34,9 @@ def _child(request: dict[str, object]) -> None:
 
 def serve() -> None:
     # Everything a chat needs, imported before the first fork.
-    import app.cli
-    import app.core
-    import app.engine  # noqa: F401
+    import app.chat.engine
+    import app.cli.main
+    import app.core  # noqa: F401
     import inference.client  # noqa: F401
 
     assert threading.active_count() == 1, "forking with threads running is unsafe"

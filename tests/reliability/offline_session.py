@@ -21,8 +21,8 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
 from app.paths import resolve_home
-from app.services import AppServices
-from tests.ui_fixtures import DialogAnswers, rows
+from app.qt.services import AppServices
+from tests.helpers.ui_fixtures import DialogAnswers, rows
 from ui.main_window import MainWindow
 
 PROBE = ("127.0.0.1", 9)

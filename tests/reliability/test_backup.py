@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from app.backup import create_backup, list_backups, restore_backup
-from app.cli import main as cli_main
-from app.conversations import ConversationStore
-from app.db import Database
+from app.cli.main import main as cli_main
+from app.conversations.store import ConversationStore
 from app.errors import HearthError
 from app.paths import HearthPaths
+from app.storage.backup import create_backup, list_backups, restore_backup
+from app.storage.db import Database
 from tests.reliability.conftest import RecordFault, bytes_missing, messages_missing
 
 CATEGORY = "Backups"

@@ -25,17 +25,17 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-import app.engine as engine_module
-from app.backup import create_backup, list_backups
-from app.cli import main as cli_main
-from app.conversations import ConversationStore
+import app.chat.engine as engine_module
+from app.chat.engine import ChatEngine, TurnCallbacks
+from app.cli.main import main as cli_main
+from app.conversations.store import ConversationStore
 from app.core import Core
-from app.db import Database
-from app.engine import ChatEngine, TurnCallbacks
 from app.errors import ReplyNotSaved
 from app.paths import HearthPaths
+from app.storage.backup import create_backup, list_backups
+from app.storage.db import Database
+from tests.helpers.ui_fixtures import GuiSessions, click
 from tests.reliability.conftest import RecordFault, characters_missing, messages_missing
-from tests.ui_fixtures import GuiSessions, click
 
 ROOT = Path(__file__).resolve().parents[2]
 CATEGORY = "Conversations"
@@ -312,7 +312,8 @@ def file_state(path: Path) -> tuple[str, str]:
 def migrate_in_a_process(path: Path, backups: Path) -> subprocess.Popen[bytes]:
     """Returns once the child has imported everything and is about to open (and migrate) the database."""
     code = (
-        "import sys; from pathlib import Path; from app.db import Database; print('ready', flush=True); "
+        "import sys; from pathlib import Path; from app.storage.db import Database; "
+        "print('ready', flush=True); "
         "Database.open(Path(sys.argv[1]), Path(sys.argv[2])).dispose()"
     )
     process = subprocess.Popen(
@@ -329,7 +330,7 @@ def migrate_in_a_process(path: Path, backups: Path) -> subprocess.Popen[bytes]:
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_a_migration_killed_at_random_moments_loses_nothing(tmp_path: Path, fault: RecordFault) -> None:
-    from tests.test_migration_0003 import HEAD, database_at_0002
+    from tests.app.storage.test_migration_0003 import HEAD, database_at_0002
 
     path, backups = tmp_path / "hearth.sqlite3", tmp_path / "backups"
     database_at_0002(path)
@@ -400,10 +401,10 @@ def test_a_migration_killed_at_random_moments_loses_nothing(tmp_path: Path, faul
 def test_a_migration_that_fails_after_committing_is_restored_from_its_backup(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: RecordFault
 ) -> None:
-    import app.db as db_module
+    import app.storage.db as db_module
     from app.errors import DatabaseError
-    from tests.test_db import FAILS_AFTER_COMMITTING, migrations_with
-    from tests.test_migration_0003 import HEAD, database_at_0002
+    from tests.app.storage.test_db import FAILS_AFTER_COMMITTING, migrations_with
+    from tests.app.storage.test_migration_0003 import HEAD, database_at_0002
 
     path, backups = tmp_path / "hearth.sqlite3", tmp_path / "backups"
     database_at_0002(path)

@@ -23,8 +23,9 @@ from typing import BinaryIO
 
 import pytest
 
-import app.downloads as downloads_module
-from app.downloads import (
+import app.library.downloads as downloads_module
+from app.errors import HearthError
+from app.library.downloads import (
     FREE_SPACE_MARGIN,
     DownloadControl,
     Downloader,
@@ -33,12 +34,11 @@ from app.downloads import (
     local_path,
     pending_downloads,
 )
-from app.errors import HearthError
-from app.hub import HubAuthError, HubClient, HubGatedError, HubRateLimited
-from app.library import ModelLibrary
-from tests.hubserver import HubServer, ServedFile, starter_file
+from app.library.hub import HubAuthError, HubClient, HubGatedError, HubRateLimited
+from app.library.installed import ModelLibrary
+from tests.app.library.test_downloads import FAST, GIVE_UP_AT_ONCE
+from tests.helpers.hubserver import HubServer, ServedFile, starter_file
 from tests.reliability.conftest import RecordFault
-from tests.test_downloads import FAST, GIVE_UP_AT_ONCE
 
 CATEGORY = "Downloads"
 AGAIN = "bytes downloaded again"

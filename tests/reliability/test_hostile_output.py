@@ -24,9 +24,9 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 from pytestqt.qtbot import QtBot
 
 from app.paths import HearthPaths
-from app.services import AppServices
+from app.qt.services import AppServices
 from tests.reliability.conftest import RecordFault, messages_missing
-from tests.test_ui_safe_browser import _FileOpenWatch
+from tests.ui.test_ui_safe_browser import _FileOpenWatch
 from ui.main_window import MainWindow
 from ui.transcript import Transcript, TranscriptEntry
 

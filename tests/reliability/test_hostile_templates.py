@@ -1,7 +1,8 @@
 """Hostile chat templates inside real model files, through the engine the window and the CLI use: the reply
 still comes, in the fallback format the user is told about, and nothing the template asked for runs.
 
-The sandbox itself (every escape and allocation bomb known to us) is tested in tests/test_chat_template.py;
+The sandbox itself (every escape and allocation bomb known to us) is tested in
+tests/inference/test_chat_template.py;
 here each kind of attack rides in a model file from load to a stored reply.
 """
 
@@ -12,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from app.chat.engine import ChatEngine, ModelStatus, TurnCallbacks
 from app.core import Core
-from app.engine import ChatEngine, ModelStatus, TurnCallbacks
 from inference.chat_template import FALLBACK_SOURCE
 from inference.protocol import SamplingParams
-from tests.model_files import with_chat_template
+from tests.helpers.model_files import with_chat_template
 from tests.reliability.conftest import RecordFault, characters_missing
 
 pytestmark = pytest.mark.model

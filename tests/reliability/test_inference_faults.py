@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from app.conversations import Message
+from app.chat.engine import ChatEngine, ModelStatus, TurnCallbacks
+from app.conversations.store import Message
 from app.core import Core
-from app.engine import ChatEngine, ModelStatus, TurnCallbacks
 from app.errors import ContextOverflow, HearthError
 from inference.gguf import read_header
 from inference.planner import smaller_plan

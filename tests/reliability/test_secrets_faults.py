@@ -21,14 +21,15 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from pytestqt.qtbot import QtBot
 
-from app.cli import main as cli_main
+from app.cli.main import main as cli_main
+from app.library.hub_token import HubToken
 from app.logging_setup import configure_logging
 from app.paths import HearthPaths
 from app.settings import Settings, save_settings
-from app.token import HubToken
-from tests.hubserver import HubServer, starter_file
+from tests.helpers.hubserver import HubServer, starter_file
+from tests.helpers.ui_fixtures import GuiSessions, Ticker, click
 from tests.reliability.conftest import RecordFault
-from tests.test_ui_library import (
+from tests.ui.test_ui_library import (
     HangingKeyring,
     files_holding,
     open_library,
@@ -36,7 +37,6 @@ from tests.test_ui_library import (
     save_token,
     type_into,
 )
-from tests.ui_fixtures import GuiSessions, Ticker, click
 
 pytestmark = pytest.mark.gui
 
@@ -139,7 +139,7 @@ CRASHING_SESSION = """
     import keyring
     from app.logging_setup import configure_logging, install_crash_handlers
     from app.paths import resolve_home
-    from app.token import HubToken
+    from app.library.hub_token import HubToken
 
     keyring.set_keyring(fail.Keyring())
     paths = resolve_home().ensure()

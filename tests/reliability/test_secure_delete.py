@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from app.conversations import ConversationStore
-from app.db import Database
+from app.conversations.store import ConversationStore
+from app.storage.db import Database
 from tests.reliability.conftest import RecordFault, messages_missing
 
 CATEGORY = "Conversations"

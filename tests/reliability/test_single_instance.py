@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from filelock import FileLock, Timeout
 
-from app.backup import create_backup
-from app.cli import main as cli_main
+from app.cli.main import main as cli_main
 from app.core import Core
 from app.paths import HearthPaths
+from app.storage.backup import create_backup
 from tests.reliability.conftest import RecordFault, messages_missing
 
 pytestmark = pytest.mark.gui

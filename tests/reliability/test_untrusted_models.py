@@ -22,19 +22,19 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.cli import main
+from app.chat.engine import ChatEngine
+from app.cli.main import main
 from app.core import Core
-from app.db import Database
-from app.downloads import Downloader, RetryPolicy
-from app.engine import ChatEngine
 from app.errors import HearthError, InvalidModelFile
-from app.hub import HubClient
-from app.library import InstalledModel, ModelLibrary
+from app.library.downloads import Downloader, RetryPolicy
+from app.library.hub import HubClient
+from app.library.installed import InstalledModel, ModelLibrary
 from app.paths import HearthPaths, resolve_home
 from app.settings import save_settings
+from app.storage.db import Database
 from inference.gguf import ByteSource, FileByteSource, GGUFError, parse_header
 from inference.protocol import SamplingParams
-from tests.gguf_factory import (
+from tests.helpers.gguf_factory import (
     GGUFValueType,
     TensorSpec,
     Typed,
@@ -44,10 +44,10 @@ from tests.gguf_factory import (
     raw_kv,
     tensor_info_bytes,
 )
-from tests.hubserver import HubServer, ServedFile
-from tests.model_files import with_duplicate_token
+from tests.helpers.hubserver import HubServer, ServedFile
+from tests.helpers.model_files import with_duplicate_token
+from tests.helpers.ui_fixtures import GuiSessions
 from tests.reliability.conftest import RecordFault, characters_missing
-from tests.ui_fixtures import GuiSessions
 
 CATEGORY = "Untrusted models"
 

@@ -1,0 +1,953 @@
+"""One chat turn, start to finish, without Qt: used by the CLI directly and by the GUI's worker thread."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.chat.reasoning import DEFAULT_MARKERS, ReasoningMarkers, ReplyText, Split, markers_for_template
+from app.chat.runner_queue import Job, RunnerQueue
+from app.conversations.store import Conversation, ConversationStore, Message
+from app.errors import (
+    ContextOverflow,
+    DatabaseError,
+    HearthError,
+    ModelNotFound,
+    NoModelLoaded,
+    ReplyNotSaved,
+)
+from app.library.installed import InstalledModel, ModelLibrary
+from app.remote.openai_client import StreamCancel, request_sampling
+from app.remote.registry import Server, ServerRegistry
+from app.settings import Settings
+from inference.client import RunnerClient, RunnerError
+from inference.ggml_backends import CpuKernelMemory
+from inference.gguf import GGUFError, GGUFHeader, read_header
+from inference.hardware import HardwareReport, llama_backend, probe_hardware
+from inference.planner import plan_load, smaller_plan
+from inference.protocol import (
+    ChatMessage,
+    ErrorKind,
+    Failed,
+    Finished,
+    GenerateRequest,
+    GenerationStats,
+    Loaded,
+    LoadPlan,
+    PromptReady,
+    SamplingParams,
+    StopReason,
+    TokenCount,
+    TokenDelta,
+)
+
+log = logging.getLogger("hearth.engine")
+
+# The streaming reply is written to the database when its first text arrives (before that text is shown)
+# and then this often, so a crash loses at most the text shown since the last write.
+FLUSH_INTERVAL_S = 0.3
+FINAL_WRITE_ATTEMPTS = 5
+FINAL_WRITE_BACKOFF_S = 0.5
+# Room kept free for the reply when deciding whether a conversation fits: its max_tokens, but never more
+# than this share of the context (a 4,096-token reply would otherwise leave no room in a 4,096 context).
+REPLY_RESERVE_SHARE = 0.25
+SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingParams) if f.name != "ignore_eos")
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    model_name: str | None
+    state: str  # "unloaded" | "loading" | "ready" | "failed"
+    backend: str
+    summary: str
+    detail: str = ""
+    # Which CPU kernels llama.cpp runs on and why, for the status bar's tooltip ("" before a model loads).
+    kernels: str = ""
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    conversation_id: int
+    user_message_id: int
+    assistant_message_id: int
+    status: str  # complete | stopped | error | interrupted
+    text: str
+    stats: GenerationStats | None = None
+    error_kind: ErrorKind | None = None
+    error: str | None = None
+    context_note: str | None = None  # what the overflow policy left out of the prompt, if anything
+    reasoning: str | None = None  # what the model thought before answering (stored apart from `text`)
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """What a reply is generated with, after layering conversation > model defaults > global settings."""
+
+    sampling: SamplingParams
+    context_length: int
+    system_prompt: str | None
+
+
+@dataclass(frozen=True)
+class ContextUsage:
+    used_tokens: int  # the whole prompt as it stands (history + draft), counted by the model's tokenizer
+    context_tokens: int  # the loaded context length
+    would_drop_messages: int  # how many earlier messages drop_oldest would leave out (0 under "refuse")
+    policy: str  # Settings.overflow_policy
+    reserve_tokens: int = 0  # kept free for the reply
+    fits: bool = True  # used_tokens + reserve_tokens fit without leaving anything out
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    """A prompt checked against the context: what would be sent, and what had to be left out."""
+
+    messages: tuple[ChatMessage, ...]
+    used_tokens: int  # before anything was left out
+    context_tokens: int
+    reserve_tokens: int
+    template_source: str
+    dropped: int = 0
+    fits: bool = True  # False: too long even with every earlier message left out
+    sent_tokens: int = 0  # the prompt left after the cut (when nothing fits: with everything cut)
+
+    def note(self) -> str | None:
+        if not self.dropped:
+            return None
+        were = "message was" if self.dropped == 1 else "messages were"
+        return f"{self.dropped} earlier {were} left out to fit the {self.context_tokens}-token context"
+
+
+class TurnCallbacks:
+    """Override what you need; the engine calls these from the thread running the turn."""
+
+    def started(self, conversation_id: int, user_message_id: int, assistant_message_id: int) -> None:
+        pass
+
+    def context_note(self, assistant_message_id: int, note: str) -> None:
+        """Called right after `started` when the overflow policy left earlier messages out of the prompt,
+        and again, with the whole note, when the reply is cut off because the context ran out."""
+
+    def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
+        """Answer text (empty when the tokens were reasoning, or text held back at a possible marker)."""
+
+    def reasoning_delta(self, assistant_message_id: int, text: str) -> None:
+        """Reasoning text, called before `delta` for the same tokens."""
+
+    def answer_was_reasoning(self, assistant_message_id: int) -> None:
+        """The answer text given so far was reasoning after all (a closing marker came with no opening
+        one): it now belongs in front of the reasoning. Called before that delta's `reasoning_delta`."""
+
+    def model_status(self, status: ModelStatus) -> None:
+        pass
+
+
+def _configuration(plan: LoadPlan) -> str:
+    layers = f"{plan.n_gpu_layers}/{plan.n_layers} GPU layers and " if plan.n_gpu_layers > 0 else ""
+    return f"{layers}a {plan.n_ctx:,}-token context"
+
+
+def _memory_note(planned: LoadPlan, loaded: LoadPlan) -> str:
+    """What the user gave up for the model to fit, in one sentence; "" when the plan loaded as made."""
+    changes = []
+    if loaded.n_ctx != planned.n_ctx:
+        changes.append(f"a {loaded.n_ctx:,}-token context instead of {planned.n_ctx:,}")
+    if loaded.n_gpu_layers != planned.n_gpu_layers:
+        changes.append(
+            f"{min(loaded.n_gpu_layers, loaded.n_layers)} of {loaded.n_layers} layers on the GPU instead of "
+            f"{min(planned.n_gpu_layers, planned.n_layers)}"
+        )
+    return f"Loaded with {' and '.join(changes)}: not enough memory." if changes else ""
+
+
+def history_for_prompt(messages: list[Message]) -> list[ChatMessage]:
+    """Earlier turns as the model should see them: failed replies with no text are left out."""
+    return [
+        ChatMessage(m.role, m.content)
+        for m in messages
+        if m.role in ("system", "user", "assistant") and (m.content or m.role == "user")
+    ]
+
+
+class ChatEngine:
+    def __init__(
+        self,
+        store: ConversationStore,
+        library: ModelLibrary,
+        settings: Settings,
+        *,
+        runner_log: Path | None = None,
+        cpu_kernels_file: Path | None = None,
+        hardware: HardwareReport | None = None,
+        servers: ServerRegistry | None = None,
+    ) -> None:
+        self.store = store
+        self.library = library
+        self.settings = settings
+        self.hardware = hardware or probe_hardware()
+        # Models named SERVER/MODEL are answered by that OpenAI-compatible server, not the runner.
+        self.servers = servers
+        self._client = RunnerClient(runner_log, kernel_memory=CpuKernelMemory(cpu_kernels_file))
+        self._model: InstalledModel | None = None
+        self._context_length: int | None = None  # what the loaded model was asked for (the plan may cap it)
+        self._memory_note = ""  # what the load gave up because memory ran out, said to the user
+        # Declared by the loaded model's template; None when it names none.
+        self._reasoning_markers: ReasoningMarkers | None = None
+        # GUI turns, measurements, loads and local server requests take the runner in the order they ask.
+        self._queue = RunnerQueue(acquired=self._reset_cancel, cancel_running=self._cancel_running)
+        self._remote_cancel = StreamCancel()
+        self._remote_server: Server | None = None  # the server the last remote turn went to, for status()
+        # Final writes of replies that failed (a full disk): written before the next turn, and at close.
+        self._unsaved: dict[int, Callable[[], object]] = {}
+
+    @property
+    def client(self) -> RunnerClient:
+        return self._client
+
+    @property
+    def loaded(self) -> Loaded | None:
+        return self._client.loaded
+
+    def default_sampling(self) -> SamplingParams:
+        s = self.settings
+        return SamplingParams(
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            min_p=s.min_p,
+            repeat_penalty=s.repeat_penalty,
+            max_tokens=s.max_tokens,
+        )
+
+    def generation_settings(self, conversation: Conversation | None, model_name: str) -> GenerationSettings:
+        """The conversation's own settings, else the model's defaults, else the global settings."""
+        layered: dict[str, Any] = {**dataclasses.asdict(self.default_sampling())}
+        layered["context_length"] = self.settings.context_length
+        model_defaults = self.settings.model_defaults.get(model_name, {})
+        layered.update({k: v for k, v in model_defaults.items() if k != "system_prompt"})
+        if conversation is not None and conversation.settings:
+            layered.update(conversation.settings)
+        system = conversation.system_prompt if conversation is not None else None
+        return GenerationSettings(
+            sampling=SamplingParams(**{k: layered[k] for k in SAMPLING_KEYS}),
+            context_length=int(layered["context_length"]),
+            system_prompt=system if system is not None else model_defaults.get("system_prompt"),
+        )
+
+    def sampling_for(self, conversation_id: int | None, model_name: str) -> SamplingParams:
+        conversation = self.store.get_conversation(conversation_id) if conversation_id is not None else None
+        return self.generation_settings(conversation, model_name).sampling
+
+    def status(self) -> ModelStatus:
+        server = self._remote_server
+        if server is not None:
+            return ModelStatus(None, "ready", "Remote", f"Remote · {server.name}", server.url)
+        loaded, model = self._client.loaded, self._model
+        if loaded is None or model is None:
+            backend, why = llama_backend()
+            return ModelStatus(None, "unloaded", backend, f"{backend} · no model loaded", why)
+        plan = self._client.plan
+        notes = (self._memory_note, loaded.template_note, self._client.kernel_note)
+        return ModelStatus(
+            model.name,
+            "ready",
+            loaded.backend,
+            plan.reason.split(";")[0] if plan else loaded.backend,
+            " ".join(note for note in notes if note),
+            f"CPU kernels: {loaded.cpu_kernels} ({loaded.cpu_kernels_reason})" if loaded.cpu_kernels else "",
+        )
+
+    def ensure_loaded(
+        self, model_name: str, callbacks: TurnCallbacks | None = None, *, context_length: int | None = None
+    ) -> Loaded:
+        """Blocking. Loads the model (for `context_length`, default: the setting) unless a live runner
+        already has it loaded for that context length."""
+        model = self.library.get(model_name)
+        context_length = context_length or self.settings.context_length
+        loaded = self._client.loaded
+        was_remote, self._remote_server = self._remote_server is not None, None
+        if (
+            loaded is not None
+            and self._model is not None
+            and self._model.sha256 == model.sha256
+            and self._context_length == context_length
+        ):
+            if was_remote and callbacks is not None:
+                callbacks.model_status(self.status())
+            return loaded
+        if not Path(model.path).is_file():
+            raise ModelNotFound(f"The file for model '{model.name}' is missing: {model.path}")
+        try:
+            header = read_header(Path(model.path))
+        except GGUFError as exc:
+            raise HearthError(f"Model '{model.name}' is not a valid GGUF file: {exc}") from exc
+        backend, _ = llama_backend()
+        plan = plan_load(
+            str(model.path),
+            header,
+            self.hardware,
+            context_length=context_length,
+            gpu_layers=self.settings.gpu_layers,
+            n_threads=self.settings.n_threads,
+            gpu_offload_supported=backend == "CUDA",
+        )
+        notify = callbacks.model_status if callbacks else (lambda _status: None)
+        notify(ModelStatus(model.name, "loading", backend, f"Loading {model.name}…", plan.reason))
+        self._model = None
+        loaded, used = self._load(model, header, plan, backend, notify)
+        self._memory_note = _memory_note(plan, used)
+        self._model = model
+        self._context_length = context_length
+        self._reasoning_markers = markers_for_template(header.chat_template)
+        self.library.mark_loaded(model.name)
+        self.library.clear_load_error(model.name)
+        notify(self.status())
+        log.info("loaded %s: %s (%.2f s)", model.name, used.reason, loaded.load_seconds)
+        if used.experts_on_cpu:
+            # What llama.cpp did with the override, for a report about a slow or failed MoE load.
+            log.info("%s: %d expert tensors in system memory", model.name, loaded.host_expert_tensors)
+        return loaded
+
+    def _load(
+        self,
+        model: InstalledModel,
+        header: GGUFHeader,
+        plan: LoadPlan,
+        backend: str,
+        notify: Callable[[ModelStatus], None],
+    ) -> tuple[Loaded, LoadPlan]:
+        """Load `plan`; out of memory, retry with fewer GPU layers, then a smaller context, until one fits.
+
+        Returns what loaded and the plan it loaded with. Raises HearthError when nothing fits or the load
+        failed for another reason.
+        """
+        while True:
+            try:
+                return self._client.load(plan), plan
+            except RunnerError as exc:
+                smaller = smaller_plan(plan, header) if exc.kind is ErrorKind.OUT_OF_MEMORY else None
+                if smaller is None:
+                    if exc.kind is ErrorKind.RUNNER_CRASHED:
+                        # A model that killed the runner is not loaded again automatically at the next start.
+                        self.library.mark_load_error(model.name, exc.message)
+                    summary = f"{model.name} failed to load"
+                    notify(ModelStatus(model.name, "failed", backend, summary, exc.message))
+                    raise HearthError(f"Could not load '{model.name}': {exc.message}") from exc
+                log.warning("%s: %s; retrying: %s", model.name, exc.message, smaller.reason)
+                detail = f"Not enough memory for {_configuration(plan)}; trying {_configuration(smaller)}."
+                notify(ModelStatus(model.name, "loading", backend, f"Loading {model.name}…", detail))
+                plan = smaller
+
+    def remote_target(self, model_name: str) -> tuple[Server, str] | None:
+        """The server and its model for `SERVER/MODEL`; None for a local model. Raises HearthError for an
+        unknown server."""
+        if self.servers is None:
+            return None
+        return self.servers.resolve(model_name)
+
+    def prepare(self, model_name: str, callbacks: TurnCallbacks | None = None) -> None:
+        """Blocking. Get ready to answer with `model_name`: load a local model; for a model on a server,
+        nothing to load (the status says which server answers). Waits its turn for the runner."""
+        with self._queue.turn(Job()):
+            target = self.remote_target(model_name)
+            if target is None:
+                self.ensure_loaded(model_name, callbacks)
+                return
+            self._remote_server = target[0]
+            if callbacks is not None:
+                callbacks.model_status(self.status())
+
+    def release_model(self, path: Path) -> bool:
+        """Blocking, in turn with replies: stop the runner if it has the file at `path` loaded, so the file
+        can be deleted (Windows refuses to delete a mapped file; elsewhere its disk space would stay in use
+        until the runner ended). Returns whether it was loaded; the next turn starts a fresh runner.
+
+        By path, not by bytes: a copy with the same bytes as the loaded model is not loaded again, so the
+        runner never maps it."""
+        with self._queue.turn(Job()):
+            if self._model is None or Path(self._model.path) != Path(path):
+                return False
+            self._client.close()
+            self._model = None
+            self._context_length = None
+            return True
+
+    def model_to_autoload(self) -> tuple[str | None, str]:
+        """The model to load at start-up, or None and why not."""
+        models = self.library.list_models()
+        preferred = self.settings.default_model
+        candidates = [m for m in models if m.name == preferred] or models
+        if not candidates:
+            return None, "No models installed."
+        model = candidates[0]
+        if model.last_load_error:
+            why = f"it crashed last time ({model.last_load_error})"
+            return None, f"{model.name} was not loaded automatically: {why}"
+        return model.name, ""
+
+    def run_turn(
+        self,
+        prompt: str,
+        model_name: str,
+        *,
+        conversation_id: int | None = None,
+        system_prompt: str | None = None,
+        sampling: SamplingParams | None = None,
+        callbacks: TurnCallbacks | None = None,
+    ) -> TurnResult:
+        """Store the user's message after the current leaf, stream the reply into the database and return
+        how it ended.
+
+        Raises HearthError, with nothing stored, when the conversation or the model is unusable or the
+        conversation does not fit the context under the "refuse" policy (ContextOverflow): the caller still
+        holds the prompt (the GUI puts it back in the composer), so a retry cannot duplicate it.
+        """
+        # A Stop pressed from here on, even while the model loads, ends this turn; pressed while it waits for
+        # the runner, the turn gives up its place (JobCancelled) and nothing is stored.
+        with self._queue.turn(Job(interactive=True)):
+            existing = self.store.get_conversation(conversation_id) if conversation_id is not None else None
+            path = self.store.list_messages(existing.id) if existing is not None else []
+            return self._reply(
+                model_name,
+                existing,
+                path,
+                prompt=prompt,
+                system_prompt=system_prompt,
+                sampling=sampling,
+                callbacks=callbacks or TurnCallbacks(),
+            )
+
+    def regenerate(
+        self,
+        message_id: int,
+        model_name: str,
+        *,
+        sampling: SamplingParams | None = None,
+        callbacks: TurnCallbacks | None = None,
+    ) -> TurnResult:
+        """Answer the same prompt again: a new reply beside the old one, which stays as an alternative.
+
+        Given a prompt instead of a reply, answers that prompt again. The result's user_message_id is the
+        existing prompt.
+        """
+        with self._queue.turn(Job(interactive=True)):
+            target = self.store.get_message(message_id)
+            prompt_id = target.parent_id if target.role == "assistant" else target.id
+            if target.role == "system" or prompt_id is None:
+                raise HearthError("Only a reply to a prompt, or a prompt itself, can be answered again.")
+            conversation = self.store.get_conversation(target.conversation_id)
+            return self._reply(
+                model_name,
+                conversation,
+                self.store.path_to(prompt_id),
+                prompt=None,
+                system_prompt=None,
+                sampling=sampling,
+                callbacks=callbacks or TurnCallbacks(),
+            )
+
+    def edit(
+        self,
+        message_id: int,
+        new_text: str,
+        model_name: str,
+        *,
+        sampling: SamplingParams | None = None,
+        callbacks: TurnCallbacks | None = None,
+    ) -> TurnResult:
+        """Ask again with different words: a new prompt beside the edited one (a new branch), then a reply.
+
+        The edited prompt and everything that followed it stay, on their own branch.
+        """
+        with self._queue.turn(Job(interactive=True)):
+            target = self.store.get_message(message_id)
+            if target.role != "user":
+                raise HearthError("Only your own messages can be edited; regenerate a reply instead.")
+            conversation = self.store.get_conversation(target.conversation_id)
+            path = self.store.path_to(target.parent_id) if target.parent_id is not None else []
+            return self._reply(
+                model_name,
+                conversation,
+                path,
+                prompt=new_text,
+                system_prompt=None,
+                sampling=sampling,
+                callbacks=callbacks or TurnCallbacks(),
+            )
+
+    def measure_context(
+        self,
+        conversation_id: int | None,
+        draft_text: str,
+        model_name: str,
+        callbacks: TurnCallbacks | None = None,
+    ) -> ContextUsage:
+        """How much of the context the conversation plus the draft would use, as the next Send would see it.
+
+        Loads the model if needed: the count comes from its own template and tokenizer.
+        """
+        with self._queue.turn(Job()):
+            if self.remote_target(model_name) is not None:
+                # The server enforces its own context and its tokenizer is not here to count with.
+                raise HearthError(f"{model_name} is on a server: its context is not measured here.")
+            conversation = (
+                self.store.get_conversation(conversation_id) if conversation_id is not None else None
+            )
+            resolved = self.generation_settings(conversation, model_name)
+            self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length)
+            path = self.store.list_messages(conversation.id) if conversation is not None else []
+            messages = self._prompt_messages(
+                resolved.system_prompt, path, draft_text if draft_text.strip() else None
+            )
+            fitted = self._fit(messages, bool(resolved.system_prompt), resolved.sampling.max_tokens)
+            policy = self.settings.overflow_policy
+            return ContextUsage(
+                used_tokens=fitted.used_tokens,
+                context_tokens=fitted.context_tokens,
+                would_drop_messages=fitted.dropped if policy == "drop_oldest" and fitted.fits else 0,
+                policy=policy,
+                reserve_tokens=fitted.reserve_tokens,
+                fits=fitted.used_tokens + fitted.reserve_tokens <= fitted.context_tokens,
+            )
+
+    def _reply(
+        self,
+        model_name: str,
+        conversation: Conversation | None,
+        path: list[Message],
+        *,
+        prompt: str | None,
+        system_prompt: str | None,
+        sampling: SamplingParams | None,
+        callbacks: TurnCallbacks,
+    ) -> TurnResult:
+        """Reply after `path` (root → the message to follow), adding the user's `prompt` first if given."""
+        self._save_unsaved()
+        target = self.remote_target(model_name)
+        if target is not None:
+            return self._reply_remote(
+                target,
+                model_name,
+                conversation,
+                path,
+                prompt=prompt,
+                system_prompt=system_prompt,
+                sampling=sampling,
+                callbacks=callbacks,
+            )
+        resolved = self.generation_settings(conversation, model_name)
+        sampling = sampling or resolved.sampling
+        self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length)
+        model = self._model
+        assert model is not None
+        system = system_prompt if system_prompt is not None else resolved.system_prompt
+        fitted = self._fit(self._prompt_messages(system, path, prompt), bool(system), sampling.max_tokens)
+        self._check_policy(fitted)
+        conversation_id, user_id = self._store_prompt(conversation, path, prompt, system_prompt, model.name)
+        note = fitted.note()
+        assistant = self.store.start_assistant_message(
+            conversation_id,
+            model_name=model.name,
+            model_sha256=model.sha256,
+            sampling=dataclasses.asdict(sampling),
+            seed=sampling.seed,
+            parent_id=user_id,
+            template=fitted.template_source,
+            quantization=model.quantization,
+            context_note=note,
+        )
+        callbacks.started(conversation_id, user_id, assistant.id)
+        if note:
+            callbacks.context_note(assistant.id, note)
+        request = GenerateRequest(uuid.uuid4().hex, fitted.messages, sampling)
+        markers = self._reasoning_markers
+        reply = ReplyText(markers or DEFAULT_MARKERS, lone_close=markers is not None)
+        kernels = self._client.kernels
+        events = self._generate(request)
+        result = self._stream(conversation_id, user_id, assistant.id, events, reply, callbacks, note=note)
+        if self._client.kernels != kernels:
+            # The runner crashed on this CPU's kernels and answered on safer ones: say so once.
+            callbacks.model_status(self.status())
+        return result
+
+    def _store_prompt(
+        self,
+        conversation: Conversation | None,
+        path: list[Message],
+        prompt: str | None,
+        system_prompt: str | None,
+        model_name: str,
+    ) -> tuple[int, int]:
+        """Create the conversation if needed and add the user's prompt; returns (conversation, prompt) ids."""
+        if conversation is None:
+            conversation = self.store.create_conversation(system_prompt=system_prompt)
+        # Explicit parents: the reply follows exactly the messages its prompt was built from, even if the
+        # user switches branches meanwhile.
+        after = path[-1].id if path else None
+        if prompt is not None:
+            user_id = self.store.add_message(conversation.id, "user", prompt, parent_id=after).id
+            self.store.auto_title(conversation.id, prompt)
+        else:
+            assert after is not None
+            user_id = after
+        self.store.set_conversation_model(conversation.id, model_name)
+        return conversation.id, user_id
+
+    def _reply_remote(
+        self,
+        target: tuple[Server, str],
+        model_name: str,
+        conversation: Conversation | None,
+        path: list[Message],
+        *,
+        prompt: str | None,
+        system_prompt: str | None,
+        sampling: SamplingParams | None,
+        callbacks: TurnCallbacks,
+    ) -> TurnResult:
+        """The same turn answered by a server: no local load and no token count (the server enforces its
+        own context). A server that cannot be reached or refuses the request raises RemoteError before
+        anything is stored, like an unusable local model."""
+        assert self.servers is not None
+        server, remote_model = target
+        resolved = self.generation_settings(conversation, model_name)
+        sampling = sampling or resolved.sampling
+        system = system_prompt if system_prompt is not None else resolved.system_prompt
+        messages = tuple(self._prompt_messages(system, path, prompt))
+        self._remote_server = server
+        callbacks.model_status(self.status())
+        request = GenerateRequest(uuid.uuid4().hex, messages, sampling)
+        stream = self.servers.client(server).chat(
+            remote_model, messages, sampling, request_id=request.request_id, cancel=self._remote_cancel
+        )
+        try:
+            conversation_id, user_id = self._store_prompt(
+                conversation, path, prompt, system_prompt, model_name
+            )
+            assistant = self.store.start_assistant_message(
+                conversation_id,
+                model_name=model_name,
+                model_sha256=None,
+                # What the server was sent: it applies its own defaults for the rest.
+                sampling=request_sampling(sampling),
+                seed=sampling.seed,
+                parent_id=user_id,
+                server_name=server.name,
+                server_url=server.url,
+            )
+            callbacks.started(conversation_id, user_id, assistant.id)
+            # Servers send `reasoning_content` wrapped in <think> … </think>; a server that pre-fills <think>
+            # for an R1 model but streams its raw text sends only the closing marker.
+            reply = ReplyText(DEFAULT_MARKERS)
+            return self._stream(conversation_id, user_id, assistant.id, stream.events(), reply, callbacks)
+        finally:
+            stream.close()
+
+    @staticmethod
+    def _prompt_messages(system: str | None, path: list[Message], prompt: str | None) -> list[ChatMessage]:
+        messages = [ChatMessage("system", system)] if system else []
+        messages += history_for_prompt(path)
+        if prompt is not None:
+            messages.append(ChatMessage("user", prompt))
+        return messages
+
+    def _count(self, messages: Sequence[ChatMessage]) -> TokenCount:
+        try:
+            return self._client.count_tokens(tuple(messages))
+        except RunnerError as exc:
+            if exc.kind is ErrorKind.RUNNER_CRASHED:
+                self._model = None
+            raise HearthError(f"Could not measure the prompt: {exc.message}") from exc
+
+    def _fit(self, messages: list[ChatMessage], has_system: bool, max_tokens: int) -> _Fitted:
+        """Check the prompt against the context, and find the fewest oldest turns to leave out if it is over.
+
+        The system prompt and the last message (the prompt being answered) are never left out, and what
+        remains starts with a user message: chat templates expect turns to alternate from there.
+        """
+        full = self._count(messages)
+        n_ctx = full.n_ctx
+        reserve = min(max_tokens, int(n_ctx * REPLY_RESERVE_SHARE))
+        fitted = _Fitted(tuple(messages), full.n_tokens, n_ctx, reserve, full.template_source)
+        if full.n_tokens + reserve <= n_ctx or len(messages) < 2:
+            return dataclasses.replace(
+                fitted, fits=full.n_tokens + reserve <= n_ctx, sent_tokens=full.n_tokens
+            )
+        head = messages[:1] if has_system else []
+        body = messages[len(head) : -1]
+        last = messages[-1]
+        cuts = [i for i in range(1, len(body) + 1) if i == len(body) or body[i].role == "user"]
+        best: tuple[int, TokenCount] | None = None
+        low, high = 0, len(cuts) - 1
+        smallest: TokenCount | None = None
+        # Fewer tokens the more is cut, so a binary search over the cut points needs log2(turns) counts.
+        while low <= high:
+            middle = (low + high) // 2
+            candidate = self._count([*head, *body[cuts[middle] :], last])
+            if middle == len(cuts) - 1:
+                smallest = candidate
+            if candidate.n_tokens + reserve <= n_ctx:
+                best = (cuts[middle], candidate)
+                high = middle - 1
+            else:
+                low = middle + 1
+        if best is None:
+            return dataclasses.replace(
+                fitted, fits=False, sent_tokens=smallest.n_tokens if smallest else full.n_tokens
+            )
+        cut, counted = best
+        return dataclasses.replace(
+            fitted,
+            messages=(*head, *body[cut:], last),
+            dropped=cut,
+            template_source=counted.template_source,
+            sent_tokens=counted.n_tokens,
+        )
+
+    def _check_policy(self, fitted: _Fitted) -> None:
+        policy = self.settings.overflow_policy
+        if not fitted.fits:
+            raise ContextOverflow(
+                f"The message needs {fitted.sent_tokens} tokens plus {fitted.reserve_tokens} for the "
+                f"reply, more than the model's {fitted.context_tokens}-token context even with every earlier "
+                "message left out. Shorten it, or raise the context length in the conversation's settings."
+            )
+        if fitted.dropped and policy == "refuse":
+            raise ContextOverflow(
+                f"The conversation needs {fitted.used_tokens} tokens plus {fitted.reserve_tokens} for the "
+                f"reply, but the model's context holds {fitted.context_tokens}. Nothing was sent or cut (the "
+                "overflow policy is to refuse): start a new conversation, or raise the context length."
+            )
+
+    def _stream(
+        self,
+        conversation_id: int,
+        user_id: int,
+        assistant_id: int,
+        events: Iterator[PromptReady | TokenDelta | Finished | Failed],
+        reply: ReplyText,
+        callbacks: TurnCallbacks,
+        *,
+        note: str | None = None,
+    ) -> TurnResult:
+        """Stream the reply from `events` (the runner's or a server's) into the database, split into answer
+        and reasoning by `reply`. `note` is what the overflow policy left out of the prompt."""
+        last_flush = time.monotonic()
+        first_text_written = False
+        outcome: Finished | Failed | None = None
+        for event in events:
+            if isinstance(event, PromptReady):
+                reply.parser.after_prompt(event.prompt_end)
+            elif isinstance(event, TokenDelta):
+                split = reply.feed(event.text)
+                now = time.monotonic()
+                first = not first_text_written and bool(split.answer or split.reasoning)
+                # The first text is written before it is shown: after a crash, a reply the user saw any of
+                # is not stored empty (unless the disk refused that write).
+                if first or now - last_flush >= FLUSH_INTERVAL_S:
+                    self._flush(assistant_id, reply)
+                    first_text_written, last_flush = first_text_written or first, now
+                self._relay(assistant_id, split, event.n_tokens, callbacks)
+            else:
+                outcome = event
+        self._relay(assistant_id, reply.finish(), 0, callbacks)
+        text = reply.answer
+        if isinstance(outcome, Finished):
+            stats = outcome.stats
+            status = "stopped" if stats.stop_reason is StopReason.CANCELLED else "complete"
+            loaded = self._client.loaded
+            if stats.stop_reason is StopReason.CONTEXT_FULL and loaded is not None:
+                # The reply outgrew the room kept for it: the cut is said, never silent.
+                cut = f"the reply was cut off where the {loaded.n_ctx}-token context ran out"
+                note = f"{note}; {cut}" if note else cut[0].upper() + cut[1:]
+                callbacks.context_note(assistant_id, note)
+            self._finish(assistant_id, text, status, stats=stats, reply=reply, context_note=note)
+            return TurnResult(
+                conversation_id,
+                user_id,
+                assistant_id,
+                status,
+                text,
+                stats=stats,
+                context_note=note,
+                reasoning=reply.reasoning,
+            )
+        assert isinstance(outcome, Failed)
+        status = "interrupted" if outcome.kind is ErrorKind.RUNNER_CRASHED else "error"
+        if outcome.kind is ErrorKind.RUNNER_CRASHED and self._model is not None:
+            # Remembered so the next start does not load it again on its own; a later good load clears it.
+            self.library.mark_load_error(self._model.name, outcome.message)
+            self._model = None
+        self._finish(assistant_id, text, status, error=outcome.message, reply=reply)
+        return TurnResult(
+            conversation_id,
+            user_id,
+            assistant_id,
+            status,
+            text,
+            error_kind=outcome.kind,
+            error=outcome.message,
+            context_note=note,
+            reasoning=reply.reasoning,
+        )
+
+    @staticmethod
+    def _relay(assistant_id: int, split: Split, n_tokens: int, callbacks: TurnCallbacks) -> None:
+        if split.answer_was_reasoning:
+            callbacks.answer_was_reasoning(assistant_id)
+        if split.reasoning:
+            callbacks.reasoning_delta(assistant_id, split.reasoning)
+        if split.answer or n_tokens:
+            callbacks.delta(assistant_id, split.answer, n_tokens)
+
+    def _generate(self, request: GenerateRequest) -> Iterator[PromptReady | TokenDelta | Finished | Failed]:
+        return self._client.generate(request)
+
+    def _flush(self, assistant_id: int, reply: ReplyText) -> None:
+        try:
+            self.store.flush_streaming_text(assistant_id, reply.answer, reasoning=reply.reasoning)
+        except DatabaseError:
+            # The text stays in memory and goes out with the next flush or the final write.
+            log.warning("could not save the streaming reply yet", exc_info=True)
+
+    def _finish(
+        self,
+        assistant_id: int,
+        text: str,
+        status: str,
+        *,
+        stats: GenerationStats | None = None,
+        error: str | None = None,
+        reply: ReplyText | None = None,
+        context_note: str | None = None,
+    ) -> None:
+        """Write the reply's final state, retrying for a while: the disk may be full only for a moment.
+
+        Still failing, the write is kept and tried again before the next turn and at close.
+        """
+
+        def save() -> bool:
+            return self.store.finish_message(
+                assistant_id,
+                content=text,
+                status=status,
+                error=error,
+                prompt_tokens=stats.prompt_tokens if stats else None,
+                completion_tokens=stats.completion_tokens if stats else None,
+                ttft_ms=stats.time_to_first_token_s * 1000.0 if stats else None,
+                tokens_per_second=stats.tokens_per_second if stats else None,
+                seed=stats.seed if stats else None,
+                reasoning=reply.reasoning if reply else None,
+                reasoning_seconds=reply.reasoning_seconds if reply else None,
+                context_note=context_note,
+            )
+
+        for attempt in range(FINAL_WRITE_ATTEMPTS):
+            try:
+                save()
+                return
+            except DatabaseError as exc:
+                log.warning("could not save the finished reply (attempt %d): %s", attempt + 1, exc)
+                time.sleep(FINAL_WRITE_BACKOFF_S * (attempt + 1))
+        self._unsaved[assistant_id] = save
+        raise ReplyNotSaved(
+            "The reply could not be saved (the database is not writable: is the disk full?). It is still "
+            "shown, and Hearth saves it as soon as the database can be written again.",
+            assistant_id,
+        )
+
+    def _save_unsaved(self) -> None:
+        for assistant_id, save in list(self._unsaved.items()):
+            try:
+                save()
+            except DatabaseError as exc:
+                log.warning("the reply %d still cannot be saved: %s", assistant_id, exc)
+                return
+            del self._unsaved[assistant_id]
+            log.info("saved the reply %d that a full disk had held back", assistant_id)
+
+    def _reset_cancel(self) -> None:
+        """Called when a turn begins; a Stop after this point, even before generation starts, counts."""
+        self._client.reset_cancel()
+        self._remote_cancel.reset()
+
+    def _cancel_running(self) -> None:
+        """Sets the runner's cancel flag, checked between tokens, and shuts a server's stream down at once."""
+        self._client.cancel()
+        self._remote_cancel.cancel()
+
+    def cancel(self) -> None:
+        """Safe from any thread: Stop for the GUI's or the CLI's turn, running or waiting for the runner.
+        Local server requests are not affected (see cancel_job)."""
+        self._queue.cancel_interactive()
+
+    def cancel_job(self, job: Job) -> None:
+        """Safe from any thread: a job waiting for the runner gives up its place; a running one stops."""
+        self._queue.cancel(job)
+
+    @property
+    def waiting_jobs(self) -> int:
+        """Turns and requests waiting for the runner behind the one using it."""
+        return self._queue.waiting
+
+    @property
+    def loaded_model_name(self) -> str | None:
+        """The local model the runner holds now, if any."""
+        model = self._model
+        return model.name if model is not None and self._client.loaded is not None else None
+
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        sampling: SamplingParams,
+        *,
+        model_name: str,
+        stop: Sequence[str] = (),
+        job: Job | None = None,
+    ) -> Generator[TokenDelta | Finished | Failed, None, None]:
+        """Generate for `messages` with the loaded local model, storing nothing: the local API server's
+        requests.
+
+        Waits for the runner in turn with GUI turns and other requests, then yields the runner's deltas and
+        exactly one Finished or Failed. Closing the iterator early (its client went away) cancels the
+        generation and reads what the runner still sends, so the next job finds it idle. Never loads a model:
+        it serves what is loaded. Raises, before anything runs: JobCancelled (cancelled while waiting),
+        NoModelLoaded, or ModelNotFound when `model_name` is not the loaded model.
+        """
+        job = job or Job()
+        with self._queue.turn(job):
+            loaded = self.loaded_model_name
+            if loaded is None:
+                raise NoModelLoaded("No model is loaded in Hearth: load one in the window first.")
+            if model_name != loaded:
+                raise ModelNotFound(f"The model {model_name!r} is not loaded; this server has {loaded!r}.")
+            request = GenerateRequest(uuid.uuid4().hex, tuple(messages), sampling, tuple(stop))
+            events = self._client.generate(request)
+            ended = False
+            try:
+                for event in events:
+                    if isinstance(event, PromptReady):
+                        continue
+                    ended = isinstance(event, Finished | Failed)
+                    if isinstance(event, Failed) and event.kind is ErrorKind.RUNNER_CRASHED:
+                        # As for a turn: not loaded again on its own at the next start.
+                        self.library.mark_load_error(loaded, event.message)
+                        self._model = None
+                    yield event
+            finally:
+                if not ended:
+                    self._queue.cancel(job)
+                # To its end, which also lets go of the client's lock.
+                for event in events:
+                    if isinstance(event, Finished) and event.stats.stop_reason is StopReason.CANCELLED:
+                        log.info("generation cancelled after %d tokens", event.stats.completion_tokens)
+
+    def close(self) -> None:
+        self._save_unsaved()
+        self._client.close()

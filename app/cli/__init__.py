@@ -1,0 +1,1 @@
+"""The `hearth` command line."""

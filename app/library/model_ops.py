@@ -1,0 +1,144 @@
+"""What the CLI and the GUI both do with Hub listings and installed models, in one place. No Qt.
+
+`assess_listing` reads every GGUF header of a repo listing (range requests), estimates how each file fits
+the machine (or a what-if one) and picks the recommended file; `remove_installed` deletes a model and the
+repo folders its download created; `disk_usage` says what the models folder holds.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from app.errors import HearthError
+from app.library.installed import STARTER_SOURCE, InstalledModel, ModelLibrary
+from inference.estimator import FitEstimate, Recommendation, estimate_fit, recommend
+from inference.gguf import GGUFHeader
+from inference.hardware import HardwareReport, llama_backend, probe_hardware
+
+if TYPE_CHECKING:
+    # Types only: importing app.library.hub pulls in huggingface_hub, which `hearth models remove` does not
+    # need.
+    from app.library.hub import HubClient, RemoteModel, RepoListing
+
+
+@dataclass(frozen=True)
+class FileFit:
+    model: RemoteModel
+    header: GGUFHeader | None
+    error: str | None  # why the header could not be read
+    estimate: FitEstimate | None
+    recommended: bool
+
+    @property
+    def quantization(self) -> str | None:
+        """The header's file type when it could be read; the file name's guess otherwise."""
+        return (self.header.quantization if self.header else None) or self.model.quantization
+
+    @property
+    def expected_context(self) -> int | None:
+        """The context a load would get: the one asked for, capped by the training length and by memory;
+        None when the file does not fit at all or could not be read."""
+        if self.estimate is None or self.estimate.verdict == "too_large":
+            return None
+        return min(self.estimate.context, self.estimate.max_context)
+
+
+@dataclass(frozen=True)
+class RepoAssessment:
+    listing: RepoListing
+    fits: tuple[FileFit, ...]
+    recommendation: Recommendation | None  # None when no header could be read
+    context: int  # the context length the estimates are for
+    hardware: HardwareReport  # what was planned for (the what-if overrides applied)
+    # The Hub refused the file bytes (401: token; 403: licence not accepted): one message for the repo.
+    access_error: str | None
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    models_bytes: int  # installed model files inside the models folder
+    partial_bytes: int  # paused or interrupted downloads waiting to be resumed
+    free_bytes: int  # free space on the disk holding the models folder
+
+
+def assess_listing(
+    hub: HubClient,
+    listing: RepoListing,
+    *,
+    context: int,
+    vram_mib: int | None = None,
+    ram_mib: int | None = None,
+) -> RepoAssessment:
+    """Every model's remote header and fit at `context`, and the recommendation. Blocking (network).
+
+    `vram_mib` / `ram_mib` plan for another machine instead of this one (see probe_hardware).
+    """
+    from app.library.hub import HubAuthError, HubGatedError
+
+    hardware = probe_hardware(vram_override_mib=vram_mib, ram_override_mib=ram_mib)
+    # A what-if GPU plans for another machine, whose llama.cpp build would have GPU support.
+    gpu_offload = vram_mib is not None or llama_backend()[0] == "CUDA"
+    headers = hub.read_headers(listing, listing.models)
+    readable = [(i, h) for i, h in enumerate(headers) if isinstance(h, GGUFHeader)]
+    recommendation = (
+        recommend([h for _, h in readable], hardware, context=context, gpu_offload=gpu_offload)
+        if readable
+        else None
+    )
+    chosen = (
+        readable[recommendation.index][0]
+        if recommendation is not None and recommendation.index is not None
+        else None
+    )
+    fits = tuple(
+        FileFit(
+            model,
+            h,
+            None,
+            estimate_fit(h, hardware, context=context, gpu_offload=gpu_offload).best_placement,
+            i == chosen,
+        )
+        if isinstance(h, GGUFHeader)
+        else FileFit(model, None, str(h), None, False)
+        for i, (model, h) in enumerate(zip(listing.models, headers, strict=True))
+    )
+    refused = next((h for h in headers if isinstance(h, HubAuthError | HubGatedError)), None)
+    return RepoAssessment(
+        listing, fits, recommendation, context, hardware, str(refused) if refused is not None else None
+    )
+
+
+def remove_installed(library: ModelLibrary, name: str) -> tuple[InstalledModel, bool]:
+    """Forget a model and delete its files; returns it and whether files were deleted (only those inside
+    the models folder are). The starter model is refused: it is registered again at every start."""
+    model = library.get(name)
+    if model.source == STARTER_SOURCE:
+        raise HearthError(
+            f"{model.name} is the built-in starter model; it comes back at every start and cannot be removed."
+        )
+    deleted = library.remove(name, delete_file=True)
+    if deleted and model.repo_id is not None:
+        # Empty folders of the repo are ours: they were made for this download.
+        folder = model.path.parent
+        while folder != library.models_dir and folder.is_relative_to(library.models_dir):
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+            folder = folder.parent
+    return model, deleted
+
+
+def disk_usage(library: ModelLibrary) -> DiskUsage:
+    """Blocking (stats files)."""
+    from app.library.downloads import pending_downloads
+
+    models_dir = library.models_dir.resolve()
+    models_bytes = sum(
+        m.total_size_bytes for m in library.list_models() if m.path.resolve().is_relative_to(models_dir)
+    )
+    partial_bytes = sum(p.done for p in pending_downloads(library.models_dir))
+    library.models_dir.mkdir(parents=True, exist_ok=True)
+    return DiskUsage(models_bytes, partial_bytes, shutil.disk_usage(library.models_dir).free)

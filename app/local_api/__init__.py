@@ -1,0 +1,1 @@
+"""Hearth's own OpenAI-compatible API on loopback. Sits above chat/: it serves through the engine."""

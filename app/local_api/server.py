@@ -1,0 +1,981 @@
+"""Hearth's loaded model over an OpenAI-compatible API, on 127.0.0.1 only, behind an API key Hearth made.
+
+`GET /v1/models`, `GET /v1/models/{id}` and `POST /v1/chat/completions` (with and without streaming).
+Requests take their turn for the runner with the window's turns (ChatEngine's first come, first served
+queue); a client that hangs up cancels its generation, so the runner is free for whoever is next.
+
+The standard library's threading HTTP server is enough for one user's programs on one machine, and adds
+no dependency. It listens on the loopback address only: there is deliberately no way to choose another.
+
+Any program on the machine can connect without the key, so nothing it can do before the key is checked may
+cost much or last long:
+- the whole header block must arrive within `header_timeout_s` (a deadline, not a per-byte timeout, so a
+  client trickling a byte now and then is dropped too) and fit in `max_header_bytes` (else 431);
+- the key is checked from the headers alone; the body is read only after that, within `body_timeout_s`,
+  and only up to MAX_BODY_BYTES (a `100 Continue` is sent only then, so a refused client never sends it);
+- at most `max_connections` connections hold a thread. Beyond that, a new connection takes the place of
+  the one that has waited longest for a request (an idle keep-alive, or one still trickling its headers):
+  waiting costs the waiter its place, so idle connections cannot lock real clients out. When every one is
+  busy with a request, the new connection is closed at once, without a thread.
+
+Why not uvicorn (BSD-3) on h11 (MIT), installed already for the tests? It bounds header size, but it has
+no timeout on receiving a request: its keep-alive timer is cancelled by the first byte, so a trickling
+client holds a uvicorn connection forever too (uvicorn issue #157, "timeout-request-start", is open), and
+`limit_concurrency` still accepts and parses every connection before answering 503. Size and bundling
+are not the obstacle (uvicorn, h11 and click are about 2 MB, and pyinstaller-hooks-contrib collects
+uvicorn's modules, which it imports by name), but switching would mean three more runtime packages to
+follow and rewriting the threaded streaming and hang-up cancellation for asyncio, only to add the same
+deadline code to uvicorn's protocol class. Hardening this server is less code and less risk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import hmac
+import io
+import json
+import logging
+import math
+import selectors
+import socket
+import socketserver
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager, suppress
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import chain
+from secrets import token_urlsafe
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from app.chat.engine import ChatEngine
+from app.chat.runner_queue import Job, JobCancelled
+from app.errors import HearthError, ModelNotFound, NoModelLoaded
+from app.remote.registry import API_KEY_NOUN
+from app.secret_store import SecretResult, SecretStore
+from inference.protocol import (
+    ChatMessage,
+    ErrorKind,
+    Failed,
+    Finished,
+    GenerationStats,
+    SamplingParams,
+    StopReason,
+    TokenDelta,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+log = logging.getLogger("hearth.local_server")
+
+LOOPBACK = "127.0.0.1"
+API_KEY_NAME = "local-server-api-key"
+# Chat requests are text; 4 MiB is far beyond any context this runner holds, and bounds what one request
+# can make the server read into memory.
+MAX_BODY_BYTES = 4 << 20
+# A client that neither sends nor reads for this long is dropped, so it cannot hold the runner forever.
+IO_TIMEOUT_S = 30.0
+# Limits on what a client can make the server hold before (and just after) its key is checked. A real
+# client on this machine sends its headers in milliseconds and its body in well under a second.
+HEADER_TIMEOUT_S = 10.0  # for the whole request line and headers, and for the wait between requests
+BODY_TIMEOUT_S = 30.0  # for the whole body, once the key is known to be right
+MAX_HEADER_BYTES = 16 << 10  # request line and headers together; OpenAI clients send well under 2 KiB
+MAX_CONNECTIONS = 64  # connections holding a thread; the runner answers one request at a time anyway
+# After refusing a request whose rest is still arriving, the server reads (and discards) this much of it
+# before closing, for at most this long: closing with unread data makes the system send a reset, which can
+# destroy the answer before the client reads it.
+LINGER_BYTES = 64 << 10
+LINGER_S = 1.0
+# How often a request's connection is checked for a client that hung up while it waits or generates.
+HANGUP_POLL_S = 0.2
+MAX_STOP_STRINGS = 16
+SEED_LIMIT = 2**32  # llama.cpp seeds are 32-bit
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call")
+_FINISH_REASONS = {
+    StopReason.END_OF_TURN: "stop",
+    StopReason.STOP_STRING: "stop",
+    StopReason.MAX_TOKENS: "length",
+    StopReason.CONTEXT_FULL: "length",
+}
+
+
+def new_api_key() -> str:
+    return "hearth-" + token_urlsafe(32)
+
+
+def get_or_create_api_key(store: SecretStore) -> SecretResult:
+    """The server's key from the keyring, made and stored on first use (for this session only when the
+    keyring cannot keep it). Blocking: the keyring may take seconds."""
+    current = store.get(API_KEY_NAME, noun=API_KEY_NOUN)
+    if current.value:
+        return current
+    return store.set(API_KEY_NAME, new_api_key(), noun=API_KEY_NOUN)
+
+
+def replace_api_key(store: SecretStore) -> SecretResult:
+    """A new key; the old one stops working as soon as the server is given this one."""
+    return store.set(API_KEY_NAME, new_api_key(), noun=API_KEY_NOUN)
+
+
+class RequestError(Exception):
+    """An OpenAI-shaped error response."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.code = code
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: tuple[ChatMessage, ...]
+    sampling: SamplingParams
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+
+
+def _is_number(value: object) -> bool:
+    # JSON true/false arrive as bool, which Python counts as a number.
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _bad(param: str, expected: str) -> RequestError:
+    return RequestError(400, f"'{param}' must be {expected}.", param=param, code="invalid_value")
+
+
+def _text_of(content: object, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                raise RequestError(
+                    400, f"{where}: only text content is supported.", param="messages", code="invalid_value"
+                )
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise _bad(where, "a string or a list of text parts")
+
+
+def _messages(value: object) -> tuple[ChatMessage, ...]:
+    if not isinstance(value, list) or not value:
+        raise _bad("messages", "a non-empty list of messages")
+    messages = []
+    for index, item in enumerate(value):
+        where = f"messages[{index}]"
+        if not isinstance(item, dict):
+            raise _bad(where, "an object with 'role' and 'content'")
+        role_name = item.get("role")
+        role = _ROLES.get(role_name) if isinstance(role_name, str) else None
+        if role is None:
+            raise RequestError(
+                400,
+                f"{where}: the role must be system, developer, user or assistant (tools are not supported).",
+                param="messages",
+                code="invalid_value",
+            )
+        content = item.get("content")
+        # An assistant turn that only called tools has no content; here it is simply empty.
+        text = "" if content is None and role == "assistant" else _text_of(content, f"{where}.content")
+        messages.append(ChatMessage(role, text))
+    return tuple(messages)
+
+
+def _stop(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if (
+        not isinstance(stops, list)
+        or len(stops) > MAX_STOP_STRINGS
+        or not all(isinstance(s, str) and s for s in stops)
+    ):
+        raise _bad("stop", f"a non-empty string or a list of up to {MAX_STOP_STRINGS} of them")
+    return tuple(stops)
+
+
+def parse_chat_request(body: object, defaults: Callable[[str], SamplingParams]) -> ChatRequest:
+    """Check a chat completion request; `defaults(model)` gives the sampling used for what it leaves out.
+
+    Raises RequestError (400) naming the first field that is wrong.
+    """
+    if not isinstance(body, dict):
+        raise RequestError(400, "The request body must be a JSON object.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("model", "the name of the loaded model (see GET /v1/models)")
+    messages = _messages(body.get("messages"))
+    for key in _UNSUPPORTED:
+        if body.get(key):
+            raise RequestError(
+                400, f"'{key}' is not supported by this server.", param=key, code="unsupported"
+            )
+    if body.get("n", 1) != 1:
+        raise RequestError(400, "Only one choice per request is supported ('n' must be 1).", param="n")
+    if body.get("logprobs"):
+        raise RequestError(400, "'logprobs' is not supported by this server.", param="logprobs")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _bad("stream", "true or false")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise _bad("stream_options", "an object")
+    include_usage = bool(options and options.get("include_usage"))
+
+    sampling = defaults(model)
+    changes: dict[str, Any] = {}
+    temperature = body.get("temperature")
+    if temperature is not None:
+        if not _is_number(temperature) or not 0 <= temperature <= 2:
+            raise _bad("temperature", "a number from 0 to 2")
+        changes["temperature"] = float(temperature)
+    top_p = body.get("top_p")
+    if top_p is not None:
+        if not _is_number(top_p) or not 0 <= top_p <= 1:
+            raise _bad("top_p", "a number from 0 to 1")
+        changes["top_p"] = float(top_p)
+    # max_completion_tokens is the newer name; clients send one or the other.
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if value is not None:
+            if not _is_int(value) or value < 1:
+                raise _bad(key, "a positive integer")
+            changes["max_tokens"] = value
+            break
+    seed = body.get("seed")
+    if seed is not None:
+        if not _is_int(seed) or not 0 <= seed < SEED_LIMIT:
+            raise _bad("seed", f"an integer from 0 to {SEED_LIMIT - 1}")
+        changes["seed"] = seed
+    return ChatRequest(
+        model=model,
+        messages=messages,
+        sampling=dataclasses.replace(sampling, **changes),
+        stop=_stop(body.get("stop")),
+        stream=stream,
+        include_usage=include_usage,
+    )
+
+
+def _failure(event: Failed) -> RequestError:
+    if event.kind is ErrorKind.CONTEXT_OVERFLOW:
+        return RequestError(400, event.message, param="messages", code="context_length_exceeded")
+    if event.kind is ErrorKind.NOT_LOADED:
+        return RequestError(503, event.message, kind="server_error", code="model_not_loaded")
+    return RequestError(500, event.message, kind="server_error", code=event.kind.value)
+
+
+def _usage(stats: GenerationStats) -> dict[str, int]:
+    prompt = stats.prompt_tokens or 0  # always counted by the local runner
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": stats.completion_tokens,
+        "total_tokens": prompt + stats.completion_tokens,
+    }
+
+
+def _watch_for_hangup(sock: socket.socket, done: threading.Event, hung_up: Callable[[], None]) -> None:
+    """Notice a client that closes its connection while its request waits or generates, so the request is
+    cancelled at once rather than at the next write (which, for a request still waiting, would come only
+    after a whole generation nobody reads)."""
+    # A selector, not select.select: that one cannot watch descriptors numbered 1024 and above.
+    with selectors.DefaultSelector() as selector:
+        try:
+            selector.register(sock, selectors.EVENT_READ)
+            while not done.is_set():
+                if not selector.select(HANGUP_POLL_S):
+                    continue
+                if sock.recv(1, socket.MSG_PEEK):
+                    return  # it sent the next request already: it is still there
+                break
+        except (OSError, ValueError):
+            pass  # the connection is broken or closed: the client is gone either way
+    if not done.is_set():
+        hung_up()
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class _HeadTooLarge(Exception):
+    pass
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A connection's input for a buffered reader. Each receive waits at most the socket's timeout and
+    never past `deadline` (monotonic clock), so a client sending a byte just before every timeout cannot
+    stretch one read (a line, a body) without end."""
+
+    def __init__(self, sock: socket.socket, timeout_s: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._timeout_s = timeout_s
+        self.deadline = math.inf
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the client took too long to send its request")
+        self._sock.settimeout(min(remaining, self._timeout_s))
+        try:
+            return self._sock.recv_into(buffer)
+        finally:
+            # Writes go by the socket's timeout too.
+            self._sock.settimeout(self._timeout_s)
+
+
+def _error_response(status: HTTPStatus, message: str) -> bytes:
+    body = json.dumps(RequestError(status, message, kind="server_error").body()).encode()
+    head = (
+        f"HTTP/1.1 {status.value} {status.phrase}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+# Sent, without waiting, to a connection refused because every connection is busy with a request.
+_BUSY_RESPONSE = _error_response(
+    HTTPStatus.SERVICE_UNAVAILABLE, "The server is busy with as many connections as it takes; try again."
+)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _HTTPServer
+    protocol_version = "HTTP/1.1"
+    server_version = "Hearth"
+    sys_version = ""
+    # So that even a malformed request line is answered with a status line (HTTP/0.9 had none).
+    default_request_version = "HTTP/1.1"
+    # The request has a body not read (yet): if it is answered without reading it, the connection must
+    # close, or the body would be taken for the next request.
+    _body_pending = False
+    # The client waits for "100 Continue" before sending the body; it is said only once the key is right.
+    _expects_continue = False
+    # Input may still be arriving when the connection closes: read some of it first (see LINGER_BYTES).
+    _linger = False
+
+    def setup(self) -> None:
+        super().setup()
+        timeout_s = self.server.local.io_timeout_s
+        # Every read and write on this connection gives up after this long without progress.
+        self.connection.settimeout(timeout_s)
+        # The base class's reader has no deadline. Closed, so that it keeps no hold on the socket.
+        self.rfile.close()
+        self._input = _DeadlineReader(self.connection, timeout_s)
+        self.rfile = io.BufferedReader(self._input)
+
+    def finish(self) -> None:
+        super().finish()
+        if self._linger:
+            # Evictable meanwhile: a client lingered on must not keep a real one out.
+            self.server.awaiting_request(self.connection)
+            self._discard_input()
+
+    def _discard_input(self) -> None:
+        deadline, left = time.monotonic() + LINGER_S, LINGER_BYTES
+        with suppress(OSError):
+            self.connection.shutdown(socket.SHUT_WR)
+            while left > 0 and (remaining := deadline - time.monotonic()) > 0:
+                self.connection.settimeout(remaining)
+                data = self.connection.recv(min(left, 16 << 10))
+                if not data:
+                    break
+                left -= len(data)
+
+    def handle_one_request(self) -> None:
+        """One request, read within the limits the module's docstring describes: the base class reads the
+        request line and headers with no deadline and up to 100 lines of 64 KiB each before any check."""
+        local = self.server.local
+        # What the base class's parse_request sets first, for an answer sent before it runs.
+        self.command, self.requestline, self.request_version = "", "", self.default_request_version
+        self.close_connection = True
+        self._body_pending = self._expects_continue = False
+        self.server.awaiting_request(self.connection)
+        self._input.deadline = time.monotonic() + local.header_timeout_s
+        try:
+            head = self._read_head(local.max_header_bytes)
+        except _HeadTooLarge:
+            self._linger = True
+            self.send_error(431, f"The request line and headers must fit in {local.max_header_bytes} bytes.")
+            return
+        except (_ClientGone, OSError) as exc:
+            log.debug("dropped a connection while reading a request: %s", type(exc).__name__)
+            return
+        finally:
+            self._input.deadline = math.inf
+        if head is None or not self.server.serving_request(self.connection):
+            return
+        self.raw_requestline = head[0]
+        # parse_request reads the headers from rfile: give it the block already read, and only that.
+        connection_input, self.rfile = self.rfile, io.BytesIO(b"".join(head[1:]))
+        try:
+            parsed = self.parse_request()
+        finally:
+            self.rfile = connection_input
+        if not parsed:
+            return
+        method = getattr(self, f"do_{self.command}", None)
+        if method is None:
+            self.send_error(501, f"Unsupported method ({self.command!r})")
+            return
+        method()
+        self.wfile.flush()
+
+    def _read_head(self, limit: int) -> list[bytes] | None:
+        """The request line and the header lines up to the empty line ending them, `limit` bytes at most;
+        None when the client closed the connection before sending anything."""
+        lines: list[bytes] = []
+        size = 0
+        while True:
+            line = self.rfile.readline(limit - size + 1)
+            size += len(line)
+            if size > limit:
+                raise _HeadTooLarge
+            if not line.endswith(b"\n"):
+                if not line and not lines:
+                    return None
+                raise _ClientGone
+            blank = line in (b"\r\n", b"\n")
+            if lines and blank:
+                lines.append(line)
+                return lines
+            # Empty lines before the request line are skipped (RFC 9112, section 2.2).
+            if not blank:
+                lines.append(line)
+
+    def handle_expect_100(self) -> bool:
+        # The base class says "100 Continue" at once, asking for the body before the key is checked.
+        self._expects_continue = True
+        return True
+
+    # -- plumbing -------------------------------------------------------------------------------------
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The base class's errors (malformed request line, unknown method, ...) in OpenAI's JSON shape."""
+        self.close_connection = True
+        with suppress(OSError):
+            self._send_json(code, RequestError(code, message or HTTPStatus(code).phrase).body())
+
+    def _send_json(
+        self, status: int, payload: dict[str, Any], headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            self.send_header(name, value)
+        if self._body_pending:
+            self.close_connection = self._linger = True
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_request_error(self, error: RequestError) -> None:
+        headers = (("WWW-Authenticate", "Bearer"),) if error.status == HTTPStatus.UNAUTHORIZED else ()
+        self._send_json(error.status, error.body(), headers)
+
+    def _dispatch(self, method: str) -> None:
+        self._body_pending = "Content-Length" in self.headers or "Transfer-Encoding" in self.headers
+        try:
+            self._check_host()
+            self._check_key()
+            self._route(method)
+        except RequestError as error:
+            try:
+                self._send_request_error(error)
+            except OSError:
+                self.close_connection = True
+        except (_ClientGone, OSError) as exc:
+            log.debug("client connection lost: %s", type(exc).__name__)
+            self.close_connection = True
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_OPTIONS(self) -> None:
+        self._dispatch("OPTIONS")
+
+    def _check_host(self) -> None:
+        # A web page whose name was made to resolve to 127.0.0.1 (DNS rebinding) still sends its own name.
+        host = (self.headers.get("Host") or "").strip().lower()
+        name = host.split("]")[0] + "]" if host.startswith("[") else host.rsplit(":", 1)[0]
+        if host and name not in ("127.0.0.1", "localhost", "[::1]"):
+            raise RequestError(
+                403, "This server only answers requests addressed to 127.0.0.1.", code="bad_host"
+            )
+
+    def _check_key(self) -> None:
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        # Header text arrives decoded as Latin-1; encoding it back gives the bytes that were sent.
+        given = token.strip().encode("latin-1", "replace")
+        if not (scheme.lower() == "bearer" and hmac.compare_digest(given, self.server.local.api_key_bytes)):
+            raise RequestError(
+                401,
+                "Missing or wrong API key: send the key Hearth shows as 'Authorization: Bearer KEY'.",
+                code="invalid_api_key",
+            )
+
+    def _route(self, method: str) -> None:
+        path = urlsplit(self.path).path.rstrip("/")
+        if path == "/v1/models" or path.startswith("/v1/models/"):
+            self._require(method, "GET")
+            model_id = unquote(path[len("/v1/models/") :]) if path != "/v1/models" else None
+            self._models(model_id)
+        elif path == "/v1/chat/completions":
+            self._require(method, "POST")
+            self._chat()
+        else:
+            raise RequestError(
+                404, "Unknown path: this server offers /v1/models and /v1/chat/completions.", code="not_found"
+            )
+
+    @staticmethod
+    def _require(method: str, allowed: str) -> None:
+        if method != allowed:
+            raise RequestError(405, f"Use {allowed} here.", code="method_not_allowed")
+
+    def _read_json(self) -> object:
+        if "Transfer-Encoding" in self.headers:
+            raise RequestError(411, "Send the body with a Content-Length; chunked uploads are not accepted.")
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
+            raise RequestError(411, "The request needs a Content-Length.")
+        # int() would also take signs, spaces, underscores and other scripts' digits.
+        if len(set(lengths)) != 1 or not (lengths[0].isascii() and lengths[0].isdigit()):
+            raise RequestError(400, "The Content-Length is not a number of bytes.")
+        length = int(lengths[0])
+        if length > MAX_BODY_BYTES:
+            raise RequestError(
+                413, f"The request body is {length} bytes; this server accepts at most {MAX_BODY_BYTES}."
+            )
+        if self._expects_continue:
+            self._expects_continue = False
+            self.wfile.write(f"{self.protocol_version} 100 Continue\r\n\r\n".encode())
+        self._input.deadline = time.monotonic() + self.server.local.body_timeout_s
+        try:
+            body = self.rfile.read(length)
+        finally:
+            self._input.deadline = math.inf
+        if len(body) < length:
+            raise _ClientGone
+        self._body_pending = False
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise RequestError(400, "The request body is not valid JSON.") from exc
+
+    # -- endpoints ------------------------------------------------------------------------------------
+
+    def _model_object(self, name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": self.server.local.started_at, "owned_by": "hearth"}
+
+    def _models(self, model_id: str | None) -> None:
+        loaded = self.server.local.engine.loaded_model_name
+        if model_id is None:
+            data = [self._model_object(loaded)] if loaded else []
+            self._send_json(200, {"object": "list", "data": data})
+        elif model_id == loaded:
+            self._send_json(200, self._model_object(loaded))
+        else:
+            raise RequestError(404, f"No model named {model_id!r} is loaded.", code="model_not_found")
+
+    def _chat(self) -> None:
+        local = self.server.local
+        engine = local.engine
+        request = parse_chat_request(
+            self._read_json(), lambda model: engine.generation_settings(None, model).sampling
+        )
+        with local.serving(self.connection) as job:
+            events = engine.complete(
+                request.messages, request.sampling, model_name=request.model, stop=request.stop, job=job
+            )
+            with closing(events):
+                try:
+                    first = next(events)
+                except JobCancelled:
+                    log.info("a request was cancelled before its turn")
+                    self.close_connection = True
+                    return
+                except NoModelLoaded as exc:
+                    raise RequestError(503, str(exc), kind="server_error", code="model_not_loaded") from exc
+                except ModelNotFound as exc:
+                    raise RequestError(404, str(exc), param="model", code="model_not_found") from exc
+                if isinstance(first, Failed):
+                    raise _failure(first)
+                completion = _Completion(request)
+                if request.stream:
+                    self._stream(completion, chain([first], events))
+                else:
+                    self._answer(completion, chain([first], events))
+
+    def _answer(self, completion: _Completion, events: Iterator[TokenDelta | Finished | Failed]) -> None:
+        parts: list[str] = []
+        for event in events:
+            if isinstance(event, TokenDelta):
+                parts.append(event.text)
+            elif isinstance(event, Failed):
+                raise _failure(event)
+            elif event.stats.stop_reason is StopReason.CANCELLED:
+                log.info("a request was cancelled after %d tokens", event.stats.completion_tokens)
+                raise RequestError(503, "The request was cancelled.", kind="server_error", code="cancelled")
+            else:
+                self._send_json(200, completion.whole("".join(parts), event.stats))
+
+    def _stream(self, completion: _Completion, events: Iterator[TokenDelta | Finished | Failed]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._event(completion.chunk({"role": "assistant", "content": ""}))
+        for event in events:
+            if isinstance(event, TokenDelta):
+                if event.text:
+                    self._event(completion.chunk({"content": event.text}))
+            elif isinstance(event, Failed):
+                self._event(_failure(event).body())
+            elif event.stats.stop_reason is StopReason.CANCELLED:
+                log.info("a streamed request was cancelled after %d tokens", event.stats.completion_tokens)
+                self._event(RequestError(503, "The request was cancelled.", kind="server_error").body())
+            else:
+                self._event(completion.chunk({}, _FINISH_REASONS[event.stats.stop_reason]))
+                if completion.request.include_usage:
+                    self._event(completion.usage_chunk(event.stats))
+                self._write_chunk(b"data: [DONE]\n\n")
+        self._write_chunk(b"")
+
+    def _event(self, payload: dict[str, Any]) -> None:
+        self._write_chunk(b"data: " + json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n")
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+
+class _Completion:
+    """The response's fixed parts: one id and creation time for every chunk of a stream."""
+
+    def __init__(self, request: ChatRequest) -> None:
+        self.request = request
+        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+
+    def _base(self, kind: str) -> dict[str, Any]:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.request.model}
+
+    def whole(self, text: str, stats: GenerationStats) -> dict[str, Any]:
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": _FINISH_REASONS[stats.stop_reason],
+            "logprobs": None,
+        }
+        return {**self._base("chat.completion"), "choices": [choice], "usage": _usage(stats)}
+
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+        return {**self._base("chat.completion.chunk"), "choices": [choice]}
+
+    def usage_chunk(self, stats: GenerationStats) -> dict[str, Any]:
+        return {**self._base("chat.completion.chunk"), "choices": [], "usage": _usage(stats)}
+
+
+@dataclass
+class _Slot:
+    """A connection holding a request thread."""
+
+    # Since when it has been waiting for a request's head; None while it is busy with a request.
+    awaiting_since: float | None
+    # Shut down to make room for a newer connection; its thread is ending.
+    evicted: bool = False
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    # Request threads are joined by server_close, so stop() returns with every request finished.
+    daemon_threads = False
+    # On Windows SO_REUSEADDR lets a second program bind the same port and take over the connections.
+    allow_reuse_address = sys.platform != "win32"
+    # Connections queued by the system hold no descriptor of this process; a burst of real clients should
+    # wait there rather than have their connection attempts dropped.
+    request_queue_size = 64
+
+    def __init__(self, port: int, local: LocalServer) -> None:
+        self.local = local
+        self._connections: dict[socket.socket, _Slot] = {}
+        self._connections_lock = threading.Lock()
+        self._warned_full = False
+        super().__init__((LOOPBACK, port), _Handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            # Out of descriptors (something else in the process holds them): the listening socket stays
+            # readable, and without a pause the serving loop would spin a core retrying.
+            if exc.errno in (errno.EMFILE, errno.ENFILE, 10024):  # 10024 is Windows' WSAEMFILE
+                time.sleep(0.1)
+            raise
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind would look up the host's full name, which can stall on a broken resolver.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = LOOPBACK, self.server_address[1]
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Start a thread for a new connection, within `max_connections` (see the module's docstring)."""
+        limit = self.local.max_connections
+        evict: socket.socket | None = None
+        with self._connections_lock:
+            live = [(slot, sock) for sock, slot in self._connections.items() if not slot.evicted]
+            full = len(live) >= limit
+            if full:
+                waiting = [
+                    (since, sock, slot) for slot, sock in live if (since := slot.awaiting_since) is not None
+                ]
+                # Evicted connections hold their thread until it notices; this bounds how many can.
+                if waiting and len(self._connections) < 2 * limit:
+                    _, evict, slot = min(waiting, key=lambda item: item[0])
+                    slot.evicted = True
+            if not full or evict is not None:
+                self._connections[request] = _Slot(awaiting_since=time.monotonic())
+            warn = full and not self._warned_full
+            self._warned_full |= full
+        if warn:
+            log.warning(
+                "the local API has %d connections open, its limit: newer ones now take the place of idle "
+                "ones, or are refused while all are busy",
+                limit,
+            )
+        if evict is not None:
+            with suppress(OSError):
+                evict.shutdown(socket.SHUT_RDWR)  # wakes its thread, which then ends
+        elif full:
+            with suppress(OSError):
+                request.setblocking(False)  # nothing here may wait for this client
+                request.send(_BUSY_RESPONSE)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def awaiting_request(self, connection: socket.socket) -> None:
+        with self._connections_lock:
+            slot = self._connections.get(connection)
+            if slot is not None:
+                slot.awaiting_since = time.monotonic()
+
+    def serving_request(self, connection: socket.socket) -> bool:
+        """Mark a connection busy with a request; False when it was just evicted, and must close."""
+        with self._connections_lock:
+            slot = self._connections.get(connection)
+            if slot is None or slot.evicted:
+                return False
+            slot.awaiting_since = None
+            return True
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.pop(request, None)
+        super().shutdown_request(request)
+
+    def drop_connections(self) -> None:
+        """Wake every request thread blocked on its client (including idle keep-alive connections)."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.exception("a local server request failed")
+
+
+def _bind_failure(port: int, exc: OSError) -> str:
+    if isinstance(exc, PermissionError):
+        return f"Hearth may not use port {port} (ports below 1024 need administrator rights); choose another."
+    # 10048 is Windows' WSAEADDRINUSE.
+    if exc.errno in (errno.EADDRINUSE, 10048):
+        return f"Port {port} on {LOOPBACK} is already in use by another program; choose another port."
+    return f"Could not listen on {LOOPBACK}:{port}: {exc.strerror or exc}"
+
+
+class LocalServer:
+    """The API server for one ChatEngine. `start()` binds and serves on a thread; `stop()` cancels what is
+    running, drops every connection and returns when all request threads have ended."""
+
+    def __init__(
+        self,
+        engine: ChatEngine,
+        api_key: str,
+        *,
+        port: int,
+        io_timeout_s: float = IO_TIMEOUT_S,
+        on_activity: Callable[[int], None] | None = None,
+    ) -> None:
+        if not 0 <= port <= 65535:
+            raise HearthError(f"The port must be from 1 to 65535 (or 0 for any free port), not {port}.")
+        self.engine = engine
+        self.io_timeout_s = io_timeout_s
+        # Limits on what a client without the key can hold (see the module's docstring). Attributes, read
+        # for each connection, so that tests can shrink them on one server.
+        self.header_timeout_s = HEADER_TIMEOUT_S
+        self.body_timeout_s = BODY_TIMEOUT_S
+        self.max_header_bytes = MAX_HEADER_BYTES
+        self.max_connections = MAX_CONNECTIONS
+        self.started_at = int(time.time())
+        self._port = port
+        self._on_activity = on_activity
+        self._lock = threading.Lock()
+        self._jobs: set[Job] = set()
+        self._stopping = False
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.set_api_key(api_key)
+
+    def set_api_key(self, api_key: str) -> None:
+        if not api_key:
+            raise ValueError("the API key must not be empty")
+        self.api_key_bytes = api_key.encode("utf-8")
+
+    def start(self) -> None:
+        """Bind 127.0.0.1:port and serve. Raises HearthError when the port cannot be used."""
+        try:
+            httpd = _HTTPServer(self._port, self)
+        except OSError as exc:
+            raise HearthError(_bind_failure(self._port, exc)) from exc
+        self._httpd = httpd
+        # The serving loop notices stop() only when it wakes up; waking 10 times a second costs nothing
+        # measurable and lets stop() (and the window's switch) answer quickly.
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="hearth-local-server"
+        )
+        self._thread.start()
+        log.info("serving the OpenAI-compatible API at %s", self.url)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """Where the listening socket is bound, as the operating system reports it."""
+        assert self._httpd is not None, "not started"
+        host, port = self._httpd.socket.getsockname()[:2]
+        return host, port
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}/v1"
+
+    @property
+    def active_requests(self) -> int:
+        with self._lock:
+            return len(self._jobs)
+
+    @contextmanager
+    def serving(self, connection: socket.socket) -> Iterator[Job]:
+        """A chat request's job for the runner queue, counted as activity while it waits or generates and
+        cancelled when its client hangs up."""
+        job = Job()
+        with self._lock:
+            if self._stopping:
+                raise RequestError(503, "The server is stopping.", kind="server_error", code="stopping")
+            self._jobs.add(job)
+            active = len(self._jobs)
+        self._report(active)
+        done = threading.Event()
+        watcher = threading.Thread(
+            target=_watch_for_hangup,
+            args=(connection, done, lambda: self.engine.cancel_job(job)),
+            name="hearth-local-server-hangup",
+            daemon=True,
+        )
+        watcher.start()
+        try:
+            yield job
+        finally:
+            done.set()
+            watcher.join()
+            with self._lock:
+                self._jobs.discard(job)
+                active = len(self._jobs)
+            self._report(active)
+
+    def _report(self, active: int) -> None:
+        if self._on_activity is not None:
+            self._on_activity(active)
+
+    def stop(self) -> None:
+        httpd, thread = self._httpd, self._thread
+        if httpd is None or thread is None:
+            return
+        with self._lock:
+            self._stopping = True
+            jobs = list(self._jobs)
+        httpd.shutdown()
+        for job in jobs:
+            self.engine.cancel_job(job)
+        httpd.drop_connections()
+        httpd.server_close()
+        thread.join()
+        self._httpd = self._thread = None
+        log.info("the local API server stopped")
+
+    def __enter__(self) -> LocalServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,233 @@
+"""The GUI's handle on chat: a worker thread runs the Qt-free engine and reports through Qt signals."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from PySide6.QtCore import QObject, Signal
+
+from app.chat.engine import ChatEngine, ContextUsage, ModelStatus, TurnCallbacks, TurnResult
+from app.errors import ContextOverflow, HearthError, ReplyNotSaved
+from app.remote.openai_client import RemoteError
+from inference.protocol import ErrorKind, SamplingParams
+
+log = logging.getLogger("hearth.chat")
+
+
+class _SignalCallbacks(TurnCallbacks):
+    def __init__(self, service: ChatService) -> None:
+        self._service = service
+
+    def started(self, conversation_id: int, user_message_id: int, assistant_message_id: int) -> None:
+        self._service.replyStarted.emit(conversation_id, user_message_id, assistant_message_id)
+        self._service.conversationsChanged.emit()
+
+    def context_note(self, assistant_message_id: int, note: str) -> None:
+        self._service.replyContextNote.emit(assistant_message_id, note)
+
+    def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
+        if text:
+            self._service.replyDelta.emit(assistant_message_id, text)
+        self._service.replyProgress.emit(assistant_message_id, n_tokens)
+
+    def reasoning_delta(self, assistant_message_id: int, text: str) -> None:
+        self._service.replyReasoningDelta.emit(assistant_message_id, text)
+
+    def answer_was_reasoning(self, assistant_message_id: int) -> None:
+        self._service.replyAnswerWasReasoning.emit(assistant_message_id)
+
+    def model_status(self, status: ModelStatus) -> None:
+        self._service.modelStatus.emit(status)
+
+
+class ChatService(QObject):
+    """Signals are emitted from the worker thread; Qt queues them to receivers living on the GUI thread."""
+
+    replyStarted = Signal(int, int, int)
+    replyDelta = Signal(int, str)
+    # A reasoning model's thinking, batched like replyDelta: (assistant id, text).
+    replyReasoningDelta = Signal(int, str)
+    # The answer text sent so far was thinking after all (the model closed a thinking block it never
+    # opened): it moves in front of the reasoning.
+    replyAnswerWasReasoning = Signal(int)
+    # Tokens generated since the previous progress signal; for live counters and the throughput benchmark.
+    replyProgress = Signal(int, int)
+    replyFinished = Signal(int, object, str)
+    replyFailed = Signal(int, str, str)
+    modelStatus = Signal(object)
+    busyChanged = Signal(bool)
+    conversationsChanged = Signal()
+    # Right after replyStarted when the overflow policy left earlier messages out: (assistant id, note).
+    replyContextNote = Signal(int, str)
+    # A ContextUsage, answering measure_context.
+    contextUsage = Signal(object)
+
+    def __init__(self, engine: ChatEngine, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._engine = engine
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-inference")
+        self._busy = False
+        self._callbacks = _SignalCallbacks(self)
+        # The latest measure_context request not yet started; typing faster than the worker counts only
+        # ever queues one measurement.
+        self._measure_lock = threading.Lock()
+        self._pending_measure: tuple[int | None, str, str] | None = None
+
+    @property
+    def engine(self) -> ChatEngine:
+        return self._engine
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def current_status(self) -> ModelStatus:
+        return self._engine.status()
+
+    def send(
+        self,
+        conversation_id: int | None,
+        prompt: str,
+        model_name: str,
+        sampling: SamplingParams | None = None,
+    ) -> Future[None] | None:
+        """Non-blocking. Ignored while a reply is streaming (the GUI disables Send meanwhile)."""
+        return self._start_turn(
+            lambda: self._engine.run_turn(
+                prompt,
+                model_name,
+                conversation_id=conversation_id,
+                sampling=sampling,
+                callbacks=self._callbacks,
+            )
+        )
+
+    def regenerate(
+        self, message_id: int, model_name: str, sampling: SamplingParams | None = None
+    ) -> Future[None] | None:
+        """Non-blocking: a new reply beside the given one (or to the given prompt); same signals as send.
+
+        replyStarted's user_message_id is the existing prompt. Ignored while a reply is streaming.
+        """
+        return self._start_turn(
+            lambda: self._engine.regenerate(
+                message_id, model_name, sampling=sampling, callbacks=self._callbacks
+            )
+        )
+
+    def edit(
+        self, message_id: int, new_text: str, model_name: str, sampling: SamplingParams | None = None
+    ) -> Future[None] | None:
+        """Non-blocking: a new prompt beside the user's message `message_id` (a new branch), then its reply.
+
+        Same signals as send. Ignored while a reply is streaming.
+        """
+        return self._start_turn(
+            lambda: self._engine.edit(
+                message_id, new_text, model_name, sampling=sampling, callbacks=self._callbacks
+            )
+        )
+
+    def measure_context(
+        self, conversation_id: int | None, draft_text: str, model_name: str
+    ) -> Future[None] | None:
+        """Non-blocking: count the tokens the next Send would use; answered by contextUsage.
+
+        Requests made while one is waiting replace it, so only the latest draft is counted. Returns None
+        when it was folded into a request already waiting.
+        """
+        with self._measure_lock:
+            waiting = self._pending_measure is not None
+            self._pending_measure = (conversation_id, draft_text, model_name)
+        return None if waiting else self._worker.submit(self._measure)
+
+    def preload(self, model_name: str) -> Future[None]:
+        """Load a model ahead of the first message so the first reply starts quickly."""
+        return self._worker.submit(self._preload, model_name)
+
+    def autoload(self) -> Future[None] | None:
+        """Load the default model in the background at start-up, unless it crashed the runner last time."""
+        name, why = self._engine.model_to_autoload()
+        if name is None:
+            self.modelStatus.emit(ModelStatus(None, "unloaded", "", "No model loaded", why))
+            return None
+        return self.preload(name)
+
+    def _preload(self, model_name: str) -> None:
+        try:
+            self._engine.prepare(model_name, self._callbacks)
+        except HearthError as exc:
+            self.modelStatus.emit(ModelStatus(model_name, "failed", "", "Model failed to load", str(exc)))
+        except Exception as exc:  # the worker must survive anything and say so
+            log.exception("preload failed")
+            self.modelStatus.emit(ModelStatus(model_name, "failed", "", "Model failed to load", repr(exc)))
+
+    def _start_turn(self, turn: Callable[[], TurnResult]) -> Future[None] | None:
+        if self._busy:
+            return None
+        self._set_busy(True)
+        return self._worker.submit(self._run, turn)
+
+    def _run(self, turn: Callable[[], TurnResult]) -> None:
+        try:
+            self._report(turn())
+        except ContextOverflow as exc:
+            self.replyFailed.emit(-1, ErrorKind.CONTEXT_OVERFLOW.value, str(exc))
+        except ReplyNotSaved as exc:
+            # The prompt is stored and the reply shown: the window keeps both and says why it is not saved.
+            self.replyFailed.emit(exc.assistant_message_id, "not_saved", str(exc))
+        except RemoteError as exc:
+            # The server could not be used: nothing was stored, the window hands the prompt back.
+            self.replyFailed.emit(-1, exc.kind.value, str(exc))
+            self.modelStatus.emit(self._engine.status())
+        except HearthError as exc:
+            self.replyFailed.emit(-1, "invalid_request", str(exc))
+        except Exception as exc:
+            log.exception("chat turn failed")
+            self.replyFailed.emit(-1, "internal", f"Unexpected error: {exc}")
+        finally:
+            self._set_busy(False)
+            self.conversationsChanged.emit()
+
+    def _measure(self) -> None:
+        with self._measure_lock:
+            request, self._pending_measure = self._pending_measure, None
+        if request is None:
+            return
+        conversation_id, draft_text, model_name = request
+        try:
+            usage: ContextUsage = self._engine.measure_context(
+                conversation_id, draft_text, model_name, self._callbacks
+            )
+        except HearthError as exc:
+            # The meter has nothing to show; the next Send reports the same problem where it matters.
+            log.info("could not measure the context: %s", exc)
+            return
+        except Exception:
+            log.exception("measuring the context failed")
+            return
+        self.contextUsage.emit(usage)
+
+    def _report(self, result: TurnResult) -> None:
+        if result.stats is not None and result.status in ("complete", "stopped"):
+            self.replyFinished.emit(result.assistant_message_id, result.stats, result.status)
+        else:
+            kind = result.error_kind.value if result.error_kind else "internal"
+            self.replyFailed.emit(result.assistant_message_id, kind, result.error or "The reply failed.")
+            self.modelStatus.emit(self._engine.status())
+
+    def _set_busy(self, busy: bool) -> None:
+        self._busy = busy
+        self.busyChanged.emit(busy)
+
+    def stop(self) -> None:
+        self._engine.cancel()
+
+    def shutdown(self) -> None:
+        self._engine.cancel()
+        # Queued measurements would load a model just to be thrown away.
+        self._worker.shutdown(wait=True, cancel_futures=True)
+        self._engine.close()

@@ -1,0 +1,442 @@
+"""The GUI's handle on the model library and the Hub: blocking work on worker threads, results as signals.
+
+Four kinds of worker, so nothing waits behind something unrelated:
+- Hub requests (search, listings with every remote header) on two threads: a new search need not wait for
+  a slow listing;
+- downloads on threads of their own (MAX_DOWNLOADS at once, the rest queue), so a multi-gigabyte transfer
+  never holds up a search, a verify or chat (which has its own thread in ChatService);
+- library reads, verify and delete on one thread, which keeps them in the order they were asked for;
+- keyring calls on one thread: a keyring can hang for seconds (app.secret_store gives up after a timeout).
+Signals are emitted from those threads; Qt queues them to receivers on the GUI thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Final
+
+from PySide6.QtCore import QObject, Qt, Signal
+
+from app.chat.engine import ModelStatus
+from app.core import Core
+from app.errors import HearthError
+from app.library.downloads import (
+    DownloadCancelled,
+    DownloadControl,
+    Downloader,
+    DownloadPaused,
+    DownloadProgress,
+    pending_downloads,
+)
+from app.library.hub import HubClient, RemoteFile, RemoteModel, RepoListing
+from app.library.hub_token import HubToken
+from app.library.installed import InstalledModel
+from app.library.model_ops import assess_listing as assess
+from app.library.model_ops import disk_usage, remove_installed
+from app.qt.chat_service import ChatService
+from inference.estimator import describe_prediction
+
+log = logging.getLogger("hearth.library")
+
+MAX_DOWNLOADS: Final = 2
+SEARCH_LIMIT: Final = 30
+HUB_WORKERS: Final = 2
+
+# DownloadState.state values.
+QUEUED: Final = "queued"
+DOWNLOADING: Final = "downloading"
+PAUSED: Final = "paused"
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
+INSTALLED: Final = "installed"
+
+
+@dataclass(frozen=True)
+class DownloadState:
+    """One download as the GUI shows it; a new value on every change."""
+
+    key: str  # "repo/file": one job at a time downloads a given file of a repo
+    repo_id: str
+    filename: str
+    state: str  # QUEUED, DOWNLOADING, PAUSED, FAILED, CANCELLED or INSTALLED
+    done: int = 0
+    total: int = 0
+    progress: DownloadProgress | None = None  # the latest report while it runs
+    message: str = ""  # why it stopped
+    installed: InstalledModel | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state in (QUEUED, DOWNLOADING)
+
+    @property
+    def resumable(self) -> bool:
+        """Paused, or stopped by a failure: resuming retries, from the partial file if one was kept."""
+        return self.state in (PAUSED, FAILED)
+
+
+@dataclass
+class _Download:
+    state: DownloadState
+    commit: str
+    # None for a partial download found on disk until resuming lists its repo at the pinned commit.
+    listing: RepoListing | None
+    model: RemoteModel | None
+    control: DownloadControl
+    future: Future[None] | None = None  # the queued or running job
+
+
+def download_key(repo_id: str, filename: str) -> str:
+    return f"{repo_id}/{filename}"
+
+
+class LibraryService(QObject):
+    # (query, list[RepoSummary]); only the latest search is answered.
+    searchFinished = Signal(str, object)
+    # An app.library.model_ops.RepoAssessment; only the latest repo opened is answered.
+    repoAssessed = Signal(object)
+    # (operation, message): "search", "repo", "download", "verify", "remove", "models", "token", "switch".
+    failed = Signal(str, str)
+    # list[InstalledModel], after every change to the library; on the GUI thread, never after shutdown
+    # (the window answers it by loading the default model through the chat service).
+    modelsChanged = Signal(object)
+    _listed = Signal(object)
+    # An app.library.model_ops.DiskUsage.
+    diskUsage = Signal(object)
+    # A DownloadState.
+    downloadChanged = Signal(object)
+    # (model name, intact)
+    verified = Signal(str, bool)
+    # (model name, bytes freed: 0 when its file was outside the models folder)
+    removed = Signal(str, int)
+    # An app.secret_store.SecretStatus; never the token itself.
+    tokenChanged = Signal(object)
+    # (model name)
+    switchStarted = Signal(str)
+    # (model name, loaded, the memory report or why it failed)
+    switchFinished = Signal(str, bool, str)
+    # (model name, predicted vs actual memory), after every load, whoever asked for it.
+    loadReport = Signal(str, str)
+
+    def __init__(self, core: Core, chat: ChatService, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._core = core
+        self._library = core.library
+        self._chat = chat
+        # One for the session: a token the keyring would not take is kept here for this session only.
+        self._token = HubToken()
+        self._hub_pool = ThreadPoolExecutor(HUB_WORKERS, thread_name_prefix="hearth-hub")
+        self._download_pool = ThreadPoolExecutor(MAX_DOWNLOADS, thread_name_prefix="hearth-download")
+        self._disk = ThreadPoolExecutor(1, thread_name_prefix="hearth-library")
+        self._keyring = ThreadPoolExecutor(1, thread_name_prefix="hearth-token")
+        self._lock = threading.Lock()
+        self._downloads: dict[str, _Download] = {}
+        self._search_generation = 0
+        self._repo_generation = 0
+        # Why the last load of each model failed: written on the inference thread, cleared by a new switch.
+        self._load_failures: dict[str, str] = {}
+        # (model name, predicted vs actual memory) of the latest load, for a panel opened after it.
+        self.last_load_report: tuple[str, str] | None = None
+        self._closed = False
+        self._listed.connect(self._publish_models, Qt.ConnectionType.QueuedConnection)
+        # Direct: the handler runs on the inference thread that loaded the model, the only thread that
+        # may read the runner's state.
+        chat.modelStatus.connect(self._on_model_status, Qt.ConnectionType.DirectConnection)
+
+    # -- the Hub ----------------------------------------------------------------------------------
+
+    def search(self, query: str) -> None:
+        self._search_generation += 1
+        generation = self._search_generation
+
+        def work() -> None:
+            results = self._hub().search(query, limit=SEARCH_LIMIT)
+            if generation == self._search_generation:
+                self.searchFinished.emit(query, results)
+
+        self._submit(self._hub_pool, "search", work)
+
+    def open_repo(self, repo_id: str, *, vram_mib: int | None = None, ram_mib: int | None = None) -> None:
+        """List a repo's GGUF models and assess each for this machine, or for the what-if one given."""
+        self._repo_generation += 1
+        generation = self._repo_generation
+
+        def work() -> None:
+            hub = self._hub()
+            listing = hub.list_files(repo_id)
+            context = self._core.settings.context_length
+            assessment = assess(hub, listing, context=context, vram_mib=vram_mib, ram_mib=ram_mib)
+            if generation == self._repo_generation:
+                self.repoAssessed.emit(assessment)
+
+        self._submit(self._hub_pool, "repo", work)
+
+    # -- downloads --------------------------------------------------------------------------------
+
+    def download(self, listing: RepoListing, model: RemoteModel) -> str:
+        """Start (or queue) a download of `model` at the listing's commit; returns its key."""
+        key = download_key(listing.repo_id, model.filename)
+        with self._lock:
+            record = self._downloads.get(key)
+            if record is not None and record.state.running:
+                return key
+            state = DownloadState(key, listing.repo_id, model.filename, QUEUED, total=model.size or 0)
+            self._downloads[key] = _Download(state, listing.commit, listing, model, DownloadControl())
+        self.downloadChanged.emit(state)
+        self._start(key)
+        return key
+
+    def pause(self, key: str) -> None:
+        with self._lock:
+            record = self._downloads.get(key)
+        if record is None or not record.state.running:
+            return
+        if record.future is not None and record.future.cancel():
+            # It was still waiting for a download thread: nothing to stop.
+            self._stopped(key, PAUSED, "")
+        else:
+            record.control.pause()
+
+    def resume(self, key: str) -> None:
+        with self._lock:
+            record = self._downloads.get(key)
+            if record is None or not record.state.resumable:
+                return
+            record.control = DownloadControl()
+            record.state = replace(record.state, state=QUEUED, message="")
+            state = record.state
+        self.downloadChanged.emit(state)
+        self._start(key)
+
+    def cancel(self, key: str) -> None:
+        """Stop a download and delete its partial file."""
+        with self._lock:
+            record = self._downloads.get(key)
+        if record is None:
+            return
+        taken_back = record.state.running and record.future is not None and record.future.cancel()
+        if record.state.running and not taken_back:
+            # The download thread deletes the partial file and reports CANCELLED.
+            record.control.cancel()
+        elif record.state.running or record.state.resumable:
+            # Paused, failed or never started: what an earlier attempt left is deleted here.
+            self._submit(self._disk, "download", lambda: self._discard(key))
+
+    def downloads(self) -> list[DownloadState]:
+        """Every download of this session and every partial one found on disk, for a panel opening now."""
+        with self._lock:
+            return [record.state for record in self._downloads.values()]
+
+    def _start(self, key: str) -> None:
+        future = self._submit(self._download_pool, "download", lambda: self._run_download(key))
+        with self._lock:
+            self._downloads[key].future = future
+
+    def _run_download(self, key: str) -> None:
+        with self._lock:
+            record = self._downloads[key]
+            control = record.control
+        self._set(key, lambda s: replace(s, state=DOWNLOADING))
+        try:
+            hub = self._hub()
+            listing, model = self._resolve(hub, record)
+            installed = Downloader(hub, self._library).download(
+                listing, model, control=control, progress=lambda p: self._progress(key, p)
+            )
+        except (DownloadPaused, DownloadCancelled) as exc:
+            self._stopped(key, CANCELLED if isinstance(exc, DownloadCancelled) else PAUSED, str(exc))
+            self.diskUsage.emit(disk_usage(self._library))
+        except HearthError as exc:
+            self._stopped(key, FAILED, str(exc))
+        except Exception as exc:
+            log.exception("download of %s failed", key)
+            self._stopped(key, FAILED, f"Unexpected error: {exc}")
+        else:
+            self._set(key, lambda s: replace(s, state=INSTALLED, installed=installed))
+            self._refresh()
+
+    def _resolve(self, hub: HubClient, record: _Download) -> tuple[RepoListing, RemoteModel]:
+        """The listing and model to download; for a partial download found on disk, its repo at the commit
+        it was pinned to, and the model holding the file."""
+        if record.listing is not None and record.model is not None:
+            return record.listing, record.model
+        repo_id, filename = record.state.repo_id, record.state.filename
+        listing = hub.list_files(repo_id, record.commit)
+        for model in listing.models:
+            if any(part.filename == filename for part in model.parts):
+                with self._lock:
+                    record.listing, record.model = listing, model
+                return listing, model
+        raise HearthError(f"{repo_id} no longer lists {filename} at commit {record.commit[:12]}.")
+
+    def _discard(self, key: str) -> None:
+        with self._lock:
+            record = self._downloads[key]
+            model = record.model or _partial_model(record.state)
+        # Discarding makes no request: the client only names the files' places.
+        Downloader(HubClient(self._core.settings.hf_endpoint), self._library).discard(
+            record.state.repo_id, model
+        )
+        self._stopped(key, CANCELLED, "The partial download was deleted.")
+        self.diskUsage.emit(disk_usage(self._library))
+
+    def _progress(self, key: str, p: DownloadProgress) -> None:
+        self._set(key, lambda s: replace(s, state=DOWNLOADING, done=p.done, total=p.total, progress=p))
+
+    def _stopped(self, key: str, state: str, message: str) -> None:
+        self._set(key, lambda s: replace(s, state=state, message=message))
+
+    def _set(self, key: str, change: Callable[[DownloadState], DownloadState]) -> None:
+        with self._lock:
+            record = self._downloads[key]
+            record.state = change(record.state)
+            state = record.state
+        self.downloadChanged.emit(state)
+
+    # -- installed models -------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Report the installed models, the disk they use and partial downloads left on disk."""
+        self._submit(self._disk, "models", self._refresh)
+
+    def verify(self, name: str) -> None:
+        self._submit(self._disk, "verify", lambda: self.verified.emit(name, self._library.verify(name)))
+
+    def remove(self, name: str) -> None:
+        def work() -> None:
+            engine = self._chat.engine
+            if engine.release_model(self._library.get(name).path):
+                self._chat.modelStatus.emit(engine.status())
+            model, deleted = remove_installed(self._library, name)
+            self.removed.emit(name, model.total_size_bytes if deleted else 0)
+            self._refresh()
+
+        self._submit(self._disk, "remove", work)
+
+    def switch_model(self, name: str) -> None:
+        """Load `name` in the runner (the one already running is replaced), without touching chats."""
+        self.switchStarted.emit(name)
+        self._load_failures.pop(name, None)
+        self._chat.preload(name).add_done_callback(lambda future: self._switched(name, future))
+        # The window's model picker follows the default model, which whoever switched has just set.
+        self.refresh()
+
+    def _switched(self, name: str, future: Future[None]) -> None:
+        # Runs on the inference thread right after the load, or wherever the future was cancelled.
+        if future.cancelled():
+            return
+        # Not the status's model name: a model with the same bytes as the loaded one is not loaded again.
+        failure = self._load_failures.get(name)
+        loaded = self._chat.engine.loaded
+        if failure is None and loaded is not None:
+            report = describe_prediction(loaded.predicted_bytes, loaded.memory_bytes)
+            self.switchFinished.emit(name, True, report)
+        else:
+            self.switchFinished.emit(name, False, failure or self._chat.engine.status().detail)
+
+    def _on_model_status(self, status: ModelStatus) -> None:
+        if status.model_name is None:
+            return
+        if status.state == "failed":
+            self._load_failures[status.model_name] = status.detail or status.summary
+        elif status.state == "ready":
+            loaded = self._chat.engine.loaded
+            if loaded is not None:
+                report = describe_prediction(loaded.predicted_bytes, loaded.memory_bytes)
+                log.info("loaded %s: %s", status.model_name, report)
+                self.last_load_report = (status.model_name, report)
+                self.loadReport.emit(status.model_name, report)
+
+    def _publish_models(self, models: list[InstalledModel]) -> None:
+        if not self._closed:
+            self.modelsChanged.emit(models)
+
+    def _refresh(self) -> None:
+        self._listed.emit(self._library.list_models())
+        pending = pending_downloads(self._library.models_dir)
+        found: list[DownloadState] = []
+        with self._lock:
+            known = {
+                (r.state.repo_id, part)
+                for r in self._downloads.values()
+                for part in (
+                    [p.filename for p in r.model.parts] if r.model is not None else [r.state.filename]
+                )
+            }
+            for partial in pending:
+                if (partial.repo_id, partial.filename) in known:
+                    continue
+                key = download_key(partial.repo_id, partial.filename)
+                state = DownloadState(
+                    key, partial.repo_id, partial.filename, PAUSED, done=partial.done, total=partial.size
+                )
+                self._downloads[key] = _Download(state, partial.commit, None, None, DownloadControl())
+                found.append(state)
+        for state in found:
+            self.downloadChanged.emit(state)
+        self.diskUsage.emit(disk_usage(self._library))
+
+    # -- the token --------------------------------------------------------------------------------
+
+    def token_status(self) -> None:
+        self._submit(self._keyring, "token", self._report_token)
+
+    def set_token(self, text: str) -> None:
+        """Store the token in the keyring, or for this session only when the keyring cannot take it."""
+
+        def work() -> None:
+            self._token.set(text)
+            self._report_token()
+
+        self._submit(self._keyring, "token", work)
+
+    def clear_token(self) -> None:
+        def work() -> None:
+            self._token.clear()
+            self._report_token()
+
+        self._submit(self._keyring, "token", work)
+
+    def _report_token(self) -> None:
+        self.tokenChanged.emit(self._token.status())
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _hub(self) -> HubClient:
+        # Blocking: reads the token from the keyring (up to its timeout).
+        return HubClient(self._core.settings.hf_endpoint, self._token.get())
+
+    def _submit(
+        self, pool: ThreadPoolExecutor, operation: str, work: Callable[[], None]
+    ) -> Future[None] | None:
+        if self._closed:
+            return None
+
+        def job() -> None:
+            try:
+                work()
+            except HearthError as exc:
+                self.failed.emit(operation, str(exc))
+            except Exception as exc:
+                log.exception("%s failed", operation)
+                self.failed.emit(operation, f"Unexpected error: {exc}")
+
+        return pool.submit(job)
+
+    def shutdown(self) -> None:
+        """Pause running downloads (they resume next time) and wait for every worker."""
+        self._closed = True
+        with self._lock:
+            for record in self._downloads.values():
+                record.control.pause()
+        for pool in (self._hub_pool, self._download_pool, self._disk, self._keyring):
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _partial_model(state: DownloadState) -> RemoteModel:
+    """The one file a partial download found on disk is known by, enough to delete what it left."""
+    return RemoteModel(state.filename, None, (RemoteFile(state.filename, state.total, None),))

@@ -1,0 +1,114 @@
+"""Everything the GUI talks to, built once at start-up."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.chat.engine import ChatEngine
+from app.conversations.store import ConversationStore
+from app.core import Core
+from app.library.installed import ModelLibrary
+from app.paths import HearthPaths
+from app.qt.background import Background
+from app.qt.chat_service import ChatService
+from app.qt.gpu_monitor import GpuMonitor
+from app.qt.library_service import LibraryService
+from app.qt.local_api_service import LocalServerService
+from app.qt.servers_service import ServersService
+from app.remote.registry import ServerRegistry
+from app.settings import Settings, save_settings, write_text_atomically
+from inference.hardware import HardwareReport, probe_hardware
+
+
+@dataclass
+class AppServices:
+    paths: HearthPaths
+    settings: Settings
+    store: ConversationStore
+    library: ModelLibrary
+    chat: ChatService
+    background: Background
+    hardware: HardwareReport
+    core: Core
+    gpu_monitor: GpuMonitor
+    # The library panel's: Hub search, downloads, verify, delete, model switching, the token.
+    library_service: LibraryService
+    # OpenAI-compatible servers; the chat engine answers SERVER/MODEL names through the same registry.
+    servers: ServerRegistry
+    # Network calls the window makes (Add server's connection test): never behind database work.
+    network: Background
+    # The servers as the window shows them (models, key, reachability) and the user's changes to them.
+    servers_service: ServersService
+    # The loaded model over an OpenAI-compatible API on 127.0.0.1, when the user turns it on.
+    local_server: LocalServerService
+
+    @classmethod
+    def start(cls, paths: HearthPaths) -> AppServices:
+        # A damaged database opens read-only: the window offers export and restore instead of quitting.
+        core = Core.open(paths, allow_damaged=True)
+        hardware = probe_hardware()
+        servers = ServerRegistry(paths.home)
+        engine = ChatEngine(
+            core.store,
+            core.library,
+            core.settings,
+            runner_log=paths.runner_log_file,
+            cpu_kernels_file=paths.cpu_kernels_file,
+            hardware=hardware,
+            servers=servers,
+        )
+        monitor = GpuMonitor()
+        monitor.start()
+        chat = ChatService(engine)
+        local_server = LocalServerService(engine, core.settings.local_server_port)
+        if core.settings.local_server_enabled:
+            local_server.start(core.settings.local_server_port)
+        return cls(
+            paths=paths,
+            settings=core.settings,
+            store=core.store,
+            library=core.library,
+            chat=chat,
+            background=Background(),
+            hardware=hardware,
+            core=core,
+            gpu_monitor=monitor,
+            library_service=LibraryService(core, chat),
+            servers=servers,
+            network=Background(),
+            servers_service=ServersService(servers),
+            local_server=local_server,
+        )
+
+    def update_settings(self, **changes: object) -> None:
+        """Apply at once (the next turn uses them) and save off the GUI thread."""
+        settings = dataclasses.replace(self.settings, **changes)  # type: ignore[arg-type]
+        self.settings = self.core.settings = self.chat.engine.settings = settings
+        self.background.call(lambda: save_settings(self.paths.settings_path, settings))
+
+    def export_conversation(self, conversation_id: int, path: Path, fmt: str) -> Path:
+        """Blocking (run it through `background`): write one conversation as Markdown ("md") or JSON."""
+        if fmt == "md":
+            content = self.store.export_markdown(conversation_id)
+        elif fmt == "json":
+            data = self.store.export_json(conversation_id)
+            content = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        else:
+            raise ValueError(f"fmt must be 'md' or 'json', not {fmt!r}")
+        write_text_atomically(path, content)
+        return path
+
+    def shutdown(self) -> None:
+        self.gpu_monitor.stop()
+        # Before the chat service closes the runner: requests in flight are cancelled, their threads end.
+        self.local_server.shutdown()
+        # Pauses running downloads (they resume at the next start); its workers use the database.
+        self.library_service.shutdown()
+        self.chat.shutdown()
+        self.network.shutdown()
+        self.servers_service.shutdown()
+        self.background.shutdown()
+        self.core.close()

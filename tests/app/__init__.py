@@ -1,0 +1,1 @@
+"""Tests of app/, one folder per package."""

@@ -1,0 +1,1 @@
+"""Tests of the `hearth` command line (app.cli)."""

@@ -1,0 +1,1 @@
+"""Tests of the benchmarks' bookkeeping (they never run a benchmark)."""

@@ -1,0 +1,1 @@
+"""Tests of scripts/ (the reliability report)."""

@@ -1,0 +1,1 @@
+"""Tests of the window, driven like a user."""
