@@ -1,1 +1,1 @@
-"""The `hearth` command line."""
+"""The `hearth` command line: `main` dispatches to one module per noun (`hearth models …` is `models.py`)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import app.chat.engine as engine_module
-from app.cli.main import _StreamToStdout
+from app.cli.chat import StreamToStdout
 from app.core import Core
 from app.paths import resolve_home
 from inference.protocol import Finished, PromptReady, SamplingParams, TokenDelta
@@ -110,7 +110,7 @@ def scripted(
 def _streamed(core: Core, engine: ScriptedEngine, script: list[Event], thinking: str) -> tuple[str, str]:
     out, err = io.StringIO(), io.StringIO()
     engine.script = iter(script)
-    stream = _StreamToStdout(out, err, thinking)
+    stream = StreamToStdout(out, err, thinking)
     engine.run_turn("2+2?", "thinker", sampling=SamplingParams(max_tokens=8), callbacks=stream)
     stream.end_thinking()
     return out.getvalue(), err.getvalue()

@@ -1,0 +1,146 @@
+"""`hearth chat`: one message, the reply streamed to stdout."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import TextIO
+
+from app.chat.engine import TurnCallbacks
+from app.cli.arguments import Subcommands
+from app.cli.engine import chat_engine
+from app.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, report
+from app.core import Core
+
+
+def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
+    chat = sub.add_parser("chat", parents=[common], help="send one message and stream the reply to stdout")
+    chat.add_argument(
+        "--model",
+        required=True,
+        help="installed model name (see `hearth models list`), or SERVER/MODEL for a model on a server",
+    )
+    chat.add_argument("--conversation", type=int, metavar="ID", help="continue this conversation")
+    chat.add_argument("--system", metavar="TEXT", help="system prompt")
+    chat.add_argument("--temperature", type=float)
+    chat.add_argument("--seed", type=int)
+    chat.add_argument("--max-tokens", type=int)
+    thinking = chat.add_mutually_exclusive_group()
+    thinking.add_argument(
+        "--show-thinking",
+        action="store_const",
+        dest="thinking",
+        const="stdout",
+        default="stderr",
+        help="print a reasoning model's thinking on stdout before its answer (default: on stderr)",
+    )
+    thinking.add_argument(
+        "--hide-thinking", action="store_const", dest="thinking", const="hidden", help="do not print it"
+    )
+    chat.add_argument("prompt", metavar="PROMPT")
+
+
+class StreamToStdout(TurnCallbacks):
+    """The answer on stdout; a reasoning model's thinking framed as Ollama's CLI does, on stderr (`thinking`
+    "stderr"), before the answer on stdout ("stdout"), or not at all ("hidden")."""
+
+    def __init__(self, out: TextIO, err: TextIO, thinking: str = "stderr") -> None:
+        self._out, self._err = out, err
+        self._thinking = {"stderr": err, "stdout": out}.get(thinking)
+        self._thinking_open = False
+
+    def started(self, conversation_id: int, user_message_id: int, assistant_message_id: int) -> None:
+        self._err.write(f"conversation {conversation_id}\n")
+        self._err.flush()
+
+    def context_note(self, assistant_message_id: int, note: str) -> None:
+        self._err.write(f"note: {note}\n")
+        self._err.flush()
+
+    def reasoning_delta(self, assistant_message_id: int, text: str) -> None:
+        sink = self._thinking
+        if sink is None:
+            return
+        if not self._thinking_open:
+            sink.write("Thinking…\n")
+            self._thinking_open = True
+        sink.write(text)
+        sink.flush()
+
+    def answer_was_reasoning(self, assistant_message_id: int) -> None:
+        # Printed text cannot be taken back; the stored reply has it in the right place.
+        self._err.write(
+            "\nnote: the model did not mark where its thinking began; the text printed so far was its "
+            "thinking, not its answer\n"
+        )
+        self._err.flush()
+
+    def delta(self, assistant_message_id: int, text: str, n_tokens: int) -> None:
+        if text:
+            self.end_thinking()
+        self._out.write(text)
+        self._out.flush()
+
+    def end_thinking(self) -> None:
+        if self._thinking is not None and self._thinking_open:
+            self._thinking.write("\n…done thinking.\n\n")
+            self._thinking.flush()
+            self._thinking_open = False
+
+
+def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from app.remote.registry import ServerRegistry
+
+    engine = chat_engine(core, servers=ServerRegistry(core.paths.home))
+    # The options given win over the conversation's settings, which win over the model's and the global ones.
+    defaults = engine.sampling_for(args.conversation, args.model)
+    overrides = {
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "max_tokens": args.max_tokens,
+    }
+    sampling = dataclasses.replace(defaults, **{k: v for k, v in overrides.items() if v is not None})
+    restore = _cancel_on_interrupt(engine.cancel)
+    stream = StreamToStdout(out, err, args.thinking)
+    try:
+        result = engine.run_turn(
+            args.prompt,
+            args.model,
+            conversation_id=args.conversation,
+            system_prompt=args.system,
+            sampling=sampling,
+            callbacks=stream,
+        )
+    finally:
+        restore()
+        engine.close()
+    stream.end_thinking()  # a reply cut off mid-thought
+    out.write("\n")
+    out.flush()
+    if result.status == "complete":
+        return EXIT_OK
+    if result.status == "stopped":
+        err.write("stopped; the partial reply was saved\n")
+        return EXIT_INTERRUPTED
+    report(err, f"the reply failed ({result.status}): {result.error}; the partial reply was saved")
+    return EXIT_FAILED
+
+
+def _cancel_on_interrupt(cancel: Callable[[], None]) -> Callable[[], None]:
+    """Ctrl+C stops generation like the Stop button: the partial reply is kept as `stopped`."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        cancel()
+
+    previous = signal.signal(signal.SIGINT, handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, previous)
+
+    return restore

@@ -1,0 +1,402 @@
+"""`hearth models`: the installed library (list, import, verify, remove) and the Hub (search, files,
+download)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from app.cli.arguments import Subcommands, _non_negative_int, _positive_int
+from app.cli.errors import EXIT_INTERRUPTED, EXIT_OK, report
+from app.cli.output import print_json
+from app.cli.terminal_text import write_control
+from app.core import Core
+from app.errors import HearthError
+
+if TYPE_CHECKING:
+    # Imported where used: huggingface_hub adds a third of a second to every `hearth` start.
+    from app.library.downloads import DownloadProgress
+    from app.library.hub import HubClient, RemoteModel, RepoListing, UpdateCheck
+    from app.library.model_ops import FileFit, RepoAssessment
+
+
+def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
+    models = sub.add_parser("models", parents=[common], help="the installed model library")
+    models_sub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    models_list = models_sub.add_parser("list", parents=[common], help="list installed models")
+    models_list.add_argument("--json", action="store_true")
+    models_import = models_sub.add_parser(
+        "import", parents=[common], help="validate, hash and add a GGUF file"
+    )
+    models_import.add_argument("path", metavar="PATH")
+    models_import.add_argument("--name")
+    models_search = models_sub.add_parser(
+        "search", parents=[common], help="search the Hub for repositories with GGUF models"
+    )
+    models_search.add_argument("query", metavar="QUERY")
+    models_search.add_argument("--limit", type=_positive_int, default=20, metavar="N")
+    models_search.add_argument("--json", action="store_true")
+    models_files = models_sub.add_parser(
+        "files", parents=[common], help="a repository's GGUF files and how each fits this machine"
+    )
+    models_files.add_argument("repo", metavar="REPO")
+    models_files.add_argument("--revision", metavar="R", help="branch, tag or commit (default: main)")
+    _add_fit_options(models_files)
+    models_files.add_argument("--json", action="store_true")
+    models_download = models_sub.add_parser(
+        "download",
+        parents=[common],
+        help="download, verify and install a GGUF model from the Hub (run again to resume)",
+    )
+    models_download.add_argument("repo", metavar="REPO")
+    which = models_download.add_mutually_exclusive_group()
+    which.add_argument("file", nargs="?", metavar="FILE", help="file name in the repository")
+    which.add_argument("--quant", metavar="Q", help="the file with this quantization (e.g. Q4_K_M)")
+    which.add_argument("--recommended", action="store_true", help="the file Hearth recommends here")
+    models_download.add_argument("--revision", metavar="R", help="branch, tag or commit (default: main)")
+    models_download.add_argument("--name", help="name in the library (default: from the file name)")
+    _add_fit_options(models_download)
+    models_verify = models_sub.add_parser(
+        "verify", parents=[common], help="re-hash an installed model's files"
+    )
+    models_verify.add_argument("name", metavar="NAME")
+    models_verify.add_argument(
+        "--check-hub", action="store_true", help="also ask the Hub whether main now has different bytes"
+    )
+    models_verify.add_argument("--json", action="store_true")
+    models_remove = models_sub.add_parser(
+        "remove", parents=[common], help="remove an installed model and delete its files"
+    )
+    models_remove.add_argument("name", metavar="NAME")
+
+
+def _add_fit_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--context", type=_positive_int, metavar="N", help="context length to plan for")
+    parser.add_argument("--vram", type=_non_negative_int, metavar="MIB", help="plan for this much free VRAM")
+    parser.add_argument("--ram", type=_non_negative_int, metavar="MIB", help="plan for this much free RAM")
+
+
+def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    action = args.models_command
+    if action == "list":
+        return _cmd_list(core, args, out)
+    if action == "import":
+        return _cmd_import(core, args, out)
+    if action == "search":
+        return _cmd_search(core, args, out)
+    if action == "files":
+        return _cmd_files(core, args, out)
+    if action == "download":
+        return _cmd_download(core, args, out, err)
+    if action == "verify":
+        return _cmd_verify(core, args, out)
+    return _cmd_remove(core, args, out)
+
+
+def _model_json(model: Any) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "path": model.path,
+        "sha256": model.sha256,
+        "size_bytes": model.size_bytes,
+        "source": model.source,
+        "architecture": model.architecture,
+        "quantization": model.quantization,
+        "context_length": model.context_length,
+        "n_layers": model.n_layers,
+        "last_load_error": model.last_load_error,
+    }
+
+
+def _cmd_list(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    models = core.library.list_models()
+    if args.json:
+        print_json({"models": [_model_json(m) for m in models]}, out)
+        return EXIT_OK
+    if not models:
+        out.write("No models installed. Import one with `hearth models import PATH`.\n")
+    for m in models:
+        size = f"{m.size_bytes / 1024 / 1024:.0f} MiB"
+        out.write(f"{m.name}\t{m.quantization or '?'}\t{size}\t{m.sha256[:12]}\n")
+    return EXIT_OK
+
+
+def _cmd_import(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    installed_before = {m.name for m in core.library.list_models()}
+    model = core.library.import_file(Path(args.path), name=args.name)
+    if model.name in installed_before:
+        # The library keeps one entry per file: importing it again copies nothing and renames nothing.
+        ignored = f"; --name {args.name!r} was not applied" if args.name and args.name != model.name else ""
+        out.write(f"{args.path} is already installed as {model.name} (sha256 {model.sha256}){ignored}\n")
+        return EXIT_OK
+    out.write(f"Imported {model.name} ({model.quantization or '?'}, sha256 {model.sha256})\n")
+    return EXIT_OK
+
+
+def _hub(core: Core, args: argparse.Namespace) -> HubClient:
+    from app.library.hub import HubClient
+    from app.library.hub_token import HubToken
+
+    endpoint = getattr(args, "endpoint", None) or core.settings.hf_endpoint
+    return HubClient(endpoint, HubToken().get())
+
+
+def _cmd_search(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    hub = _hub(core, args)
+    results = hub.search(args.query, limit=args.limit)
+    if args.json:
+        rows = [
+            {
+                "repo_id": r.repo_id,
+                "downloads": r.downloads,
+                "likes": r.likes,
+                "license": r.license,
+                "gated": r.gated,
+                "last_modified": r.last_modified.isoformat() if r.last_modified else None,
+            }
+            for r in results
+        ]
+        print_json({"endpoint": hub.endpoint, "query": args.query, "results": rows}, out)
+        return EXIT_OK
+    if not results:
+        out.write(f"No GGUF repositories match {args.query!r} on {hub.endpoint}.\n")
+    for r in results:
+        modified = r.last_modified.date().isoformat() if r.last_modified else "?"
+        gated = "\tgated" if r.gated else ""
+        out.write(
+            f"{r.repo_id}\t{r.downloads or 0} downloads\t{r.likes or 0} likes\t{r.license or '?'}"
+            f"\t{modified}{gated}\n"
+        )
+    return EXIT_OK
+
+
+def _assess(core: Core, args: argparse.Namespace, hub: HubClient, listing: RepoListing) -> RepoAssessment:
+    from app.library.model_ops import assess_listing
+
+    return assess_listing(
+        hub,
+        listing,
+        context=args.context or core.settings.context_length,
+        vram_mib=args.vram,
+        ram_mib=args.ram,
+    )
+
+
+def _fit_json(fit: FileFit) -> dict[str, Any]:
+    model, estimate = fit.model, fit.estimate
+    return {
+        "name": model.name,
+        "filename": model.filename,
+        "parts": [{"filename": p.filename, "size_bytes": p.size, "sha256": p.sha256} for p in model.parts],
+        "quantization": fit.quantization,
+        "size_bytes": model.size,
+        "sha256": model.parts[0].sha256,
+        "verdict": estimate.verdict if estimate else None,
+        "n_gpu_layers": estimate.n_gpu_layers if estimate else None,
+        "n_layers": estimate.n_layers if estimate else None,
+        "gpu_bytes": estimate.gpu_bytes if estimate else None,
+        "ram_bytes": estimate.ram_bytes if estimate else None,
+        "max_context": estimate.max_context if estimate else None,
+        "kv_type": estimate.kv_type if estimate else None,
+        "expected_speed_ratio": estimate.expected_speed_ratio if estimate else None,
+        "notes": list(estimate.notes) if estimate else [],
+        "recommended": fit.recommended,
+        "error": fit.error,
+    }
+
+
+def _cmd_files(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    hub = _hub(core, args)
+    listing = hub.list_files(args.repo, args.revision)
+    assessment = _assess(core, args, hub, listing)
+    fits, recommendation, context = assessment.fits, assessment.recommendation, assessment.context
+    if args.json:
+        print_json(
+            {
+                "endpoint": hub.endpoint,
+                "repo_id": listing.repo_id,
+                "revision": listing.revision,
+                "commit": listing.commit,
+                "gated": listing.gated,
+                "license": listing.license,
+                "context": context,
+                "files": [_fit_json(f) for f in fits],
+                "recommendation": (
+                    {
+                        "filename": next((f.model.filename for f in fits if f.recommended), None),
+                        "reason": recommendation.reason,
+                        "warnings": list(recommendation.warnings),
+                        "context": recommendation.estimate.context if recommendation.estimate else None,
+                        "kv_type": recommendation.estimate.kv_type if recommendation.estimate else None,
+                    }
+                    if recommendation is not None
+                    else None
+                ),
+                "rejected": [{"filename": name, "reason": why} for name, why in listing.rejected],
+            },
+            out,
+        )
+        return EXIT_OK
+    gated = ", gated" if listing.gated else ""
+    out.write(
+        f"{listing.repo_id} at {listing.commit[:12]} ({listing.revision}{gated}); "
+        f"estimates for {context} tokens of context\n"
+    )
+    if not fits:
+        out.write("No GGUF models in this repository.\n")
+    for fit in fits:
+        row = _fit_json(fit)
+        size = _mib(row["size_bytes"]) if row["size_bytes"] is not None else "?"
+        sha = (row["sha256"] or "?")[:12]
+        mark = "  *recommended" if fit.recommended else ""
+        if fit.estimate is None:
+            out.write(
+                f"{row['quantization'] or '?'}\t{size}\t{sha}\tunreadable: {fit.error}\t{row['filename']}\n"
+            )
+            continue
+        e = fit.estimate
+        memory = f"GPU {_mib(e.gpu_bytes)} + RAM {_mib(e.ram_bytes)}"
+        out.write(
+            f"{row['quantization'] or '?'}\t{size}\t{sha}\t{e.verdict}\t{e.n_gpu_layers}/{e.n_layers} layers"
+            f"\t{memory}\tmax context {e.max_context}\t{row['filename']}{mark}\n"
+        )
+    if recommendation is not None:
+        out.write(f"Recommendation: {recommendation.reason}\n")
+        for warning in recommendation.warnings:
+            out.write(f"Warning: {warning}\n")
+    for name, why in listing.rejected:
+        out.write(f"Skipped {name}: {why}\n")
+    return EXIT_OK
+
+
+def _choose(core: Core, args: argparse.Namespace, hub: HubClient, listing: RepoListing) -> RemoteModel:
+    models = listing.models
+    if not models:
+        raise HearthError(f"{listing.repo_id} has no GGUF models at {listing.revision}.")
+    available = ", ".join(f"{m.filename} ({m.quantization or '?'})" for m in models)
+    if args.file:
+        for m in models:
+            if args.file in (m.name, *(p.filename for p in m.parts)):
+                return m
+        raise HearthError(f"{listing.repo_id} has no GGUF file {args.file!r}. Available: {available}.")
+    if args.quant:
+        matches = [m for m in models if (m.quantization or "").upper() == args.quant.upper()]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise HearthError(f"{listing.repo_id} has no {args.quant} file. Available: {available}.")
+        names = ", ".join(m.filename for m in matches)
+        raise HearthError(f"Several {args.quant} files in {listing.repo_id} ({names}); name the FILE.")
+    if args.recommended:
+        assessment = _assess(core, args, hub, listing)
+        recommendation = assessment.recommendation
+        chosen = next((f.model for f in assessment.fits if f.recommended), None)
+        if chosen is None:
+            reason = recommendation.reason if recommendation is not None else "no file could be read"
+            raise HearthError(f"Nothing in {listing.repo_id} is recommended for this machine: {reason}")
+        return chosen
+    if len(models) == 1:
+        return models[0]
+    raise HearthError(
+        f"{listing.repo_id} has {len(models)} GGUF models; choose one with FILE, --quant Q or "
+        f"--recommended. Available: {available}."
+    )
+
+
+class _ProgressBar:
+    """On a terminal, one line redrawn in place; otherwise a line every 10%."""
+
+    def __init__(self, err: TextIO) -> None:
+        self._err = err
+        self._tty = err.isatty()
+        self._last_decile = -1
+
+    def __call__(self, p: DownloadProgress) -> None:
+        percent = 100.0 * p.done / p.total if p.total else 100.0
+        eta = f"{int(p.eta_s) // 60}:{int(p.eta_s) % 60:02d}" if p.eta_s is not None else "--:--"
+        part = f" part {p.part}/{p.parts}" if p.parts > 1 else ""
+        line = (
+            f"{percent:5.1f}%  {_mib(p.done)} of {_mib(p.total)}  "
+            f"{p.speed_bps / (1 << 20):6.1f} MiB/s  ETA {eta}{part}"
+        )
+        if self._tty:
+            write_control(self._err, "\r")
+            self._err.write(f"{line}  ")
+        elif int(percent // 10) != self._last_decile:
+            self._last_decile = int(percent // 10)
+            self._err.write(line + "\n")
+        self._err.flush()
+
+    def end(self) -> None:
+        if self._tty:
+            self._err.write("\n")
+            self._err.flush()
+
+
+def _cmd_download(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from app.library.downloads import Downloader
+
+    hub = _hub(core, args)
+    listing = hub.list_files(args.repo, args.revision)
+    model = _choose(core, args, hub, listing)
+    err.write(f"Downloading {listing.repo_id}/{model.filename} at {listing.commit[:12]}\n")
+    bar = _ProgressBar(err)
+    try:
+        installed = Downloader(hub, core.library).download(listing, model, name=args.name, progress=bar)
+    except KeyboardInterrupt:
+        report(err, "interrupted; the partial download is kept: run the same command to resume")
+        return EXIT_INTERRUPTED
+    finally:
+        bar.end()
+    out.write(
+        f"Installed {installed.name} ({installed.quantization or '?'}, {_mib(installed.total_size_bytes)}, "
+        f"sha256 {installed.sha256}) from {listing.repo_id}@{listing.commit[:12]}\n"
+    )
+    return EXIT_OK
+
+
+def _cmd_verify(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    model = core.library.get(args.name)
+    intact = core.library.verify(args.name)
+    update: UpdateCheck | None = None
+    if args.check_hub and model.repo_id is not None:
+        update = _hub(core, args).check_update(model)
+    if args.json:
+        hub_json = (
+            {
+                "branch": update.branch,
+                "commit": update.commit,
+                "changed": update.changed,
+                "detail": update.detail,
+            }
+            if update is not None
+            else None
+        )
+        print_json({"name": model.name, "intact": intact, "hub": hub_json}, out)
+    else:
+        if intact:
+            out.write(f"{model.name}: intact (sha256 {model.sha256})\n")
+        if args.check_hub and model.repo_id is None:
+            out.write(f"{model.name} was not downloaded from the Hub; there is nothing to compare.\n")
+        if update is not None:
+            out.write(f"Hub: {update.detail}\n")
+    if not intact:
+        raise HearthError(
+            f"{model.name} is damaged or missing: its files no longer match the SHA-256 recorded at "
+            f"install. Remove it and download or import it again."
+        )
+    return EXIT_OK
+
+
+def _cmd_remove(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    from app.library.model_ops import remove_installed
+
+    model, deleted = remove_installed(core.library, args.name)
+    freed = f"; freed {_mib(model.total_size_bytes)}" if deleted else ""
+    out.write(f"Removed {model.name}{freed}\n")
+    return EXIT_OK
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
