@@ -125,7 +125,7 @@ class ServerDialog(QDialog):
         def work() -> tuple[Server, list[ServerModel], SecretResult | None]:
             return registry.connect(name, url, api_key=key, ca_bundle=ca)
 
-        self._network.call(work, self._connected, self._failed)
+        self._network.call(work, self._connected, self._failed, operation="connecting to a new server")
 
     def _connected(self, result: tuple[Server, list[ServerModel], SecretResult | None]) -> None:
         if not shiboken6.isValid(self):

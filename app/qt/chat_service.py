@@ -1,16 +1,17 @@
-"""The GUI's handle on chat: a worker thread runs the Qt-free engine and reports through Qt signals."""
+"""The GUI's handle on chat: the inference thread runs the Qt-free engine and reports through Qt signals."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from PySide6.QtCore import QObject, Signal
 
 from app.chat.engine import ChatEngine, ContextUsage, ModelStatus, TurnCallbacks, TurnResult
 from app.errors import ContextOverflow, HearthError, ReplyNotSaved
+from app.qt.background import Background, describe
 from app.remote.openai_client import RemoteError
 from inference.protocol import ErrorKind, SamplingParams
 
@@ -44,7 +45,9 @@ class _SignalCallbacks(TurnCallbacks):
 
 
 class ChatService(QObject):
-    """Signals are emitted from the worker thread; Qt queues them to receivers living on the GUI thread."""
+    """Signals are emitted from the inference thread (Qt queues them to receivers on the GUI thread), except
+    the end of a turn (busyChanged(False), conversationsChanged and an unexpected failure), which the GUI
+    thread emits once everything the turn sent has arrived."""
 
     replyStarted = Signal(int, int, int)
     replyDelta = Signal(int, str)
@@ -68,7 +71,8 @@ class ChatService(QObject):
     def __init__(self, engine: ChatEngine, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._engine = engine
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-inference")
+        # One thread: the runner's state is read and changed only there, one request at a time.
+        self._worker = Background("inference", parent=self)
         self._busy = False
         self._callbacks = _SignalCallbacks(self)
         # The latest measure_context request not yet started; typing faster than the worker counts only
@@ -142,36 +146,39 @@ class ChatService(QObject):
         with self._measure_lock:
             waiting = self._pending_measure is not None
             self._pending_measure = (conversation_id, draft_text, model_name)
-        return None if waiting else self._worker.submit(self._measure)
+        # No on_error: an unexpected failure is logged and the meter keeps showing what it showed.
+        return None if waiting else self._worker.call(self._measure, operation="measuring the context")
 
     def preload(self, model_name: str) -> Future[None]:
-        """Load a model ahead of the first message so the first reply starts quickly."""
-        return self._worker.submit(self._preload, model_name)
+        """Load a model ahead of the first message so the first reply starts quickly.
 
-    def autoload(self) -> Future[None] | None:
-        """Load the default model in the background at start-up, unless it crashed the runner last time."""
-        name, why = self._engine.model_to_autoload()
-        if name is None:
-            self.modelStatus.emit(ModelStatus(None, "unloaded", "", "No model loaded", why))
-            return None
-        return self.preload(name)
+        The future is done on the inference thread, right after the load (or its failure)."""
+
+        def failed(error: Exception) -> None:
+            self.modelStatus.emit(ModelStatus(model_name, "failed", "", "Model failed to load", repr(error)))
+
+        return self._worker.call(lambda: self._preload(model_name), on_error=failed, operation="preload")
 
     def _preload(self, model_name: str) -> None:
         try:
             self._engine.prepare(model_name, self._callbacks)
         except HearthError as exc:
             self.modelStatus.emit(ModelStatus(model_name, "failed", "", "Model failed to load", str(exc)))
-        except Exception as exc:  # the worker must survive anything and say so
-            log.exception("preload failed")
-            self.modelStatus.emit(ModelStatus(model_name, "failed", "", "Model failed to load", repr(exc)))
 
     def _start_turn(self, turn: Callable[[], TurnResult]) -> Future[None] | None:
         if self._busy:
             return None
         self._set_busy(True)
-        return self._worker.submit(self._run, turn)
+
+        def crashed(error: Exception) -> None:
+            self.replyFailed.emit(-1, "internal", describe(error))
+            self._turn_ended(None)
+
+        return self._worker.call(lambda: self._run(turn), self._turn_ended, crashed, operation="chat turn")
 
     def _run(self, turn: Callable[[], TurnResult]) -> None:
+        """On the inference thread: the outcomes a user can cause become signals; anything else is a bug
+        for the one error path."""
         try:
             self._report(turn())
         except ContextOverflow as exc:
@@ -185,12 +192,10 @@ class ChatService(QObject):
             self.modelStatus.emit(self._engine.status())
         except HearthError as exc:
             self.replyFailed.emit(-1, "invalid_request", str(exc))
-        except Exception as exc:
-            log.exception("chat turn failed")
-            self.replyFailed.emit(-1, "internal", f"Unexpected error: {exc}")
-        finally:
-            self._set_busy(False)
-            self.conversationsChanged.emit()
+
+    def _turn_ended(self, _result: None) -> None:
+        self._set_busy(False)
+        self.conversationsChanged.emit()
 
     def _measure(self) -> None:
         with self._measure_lock:
@@ -205,9 +210,6 @@ class ChatService(QObject):
         except HearthError as exc:
             # The meter has nothing to show; the next Send reports the same problem where it matters.
             log.info("could not measure the context: %s", exc)
-            return
-        except Exception:
-            log.exception("measuring the context failed")
             return
         self.contextUsage.emit(usage)
 
@@ -229,5 +231,5 @@ class ChatService(QObject):
     def shutdown(self) -> None:
         self._engine.cancel()
         # Queued measurements would load a model just to be thrown away.
-        self._worker.shutdown(wait=True, cancel_futures=True)
+        self._worker.shutdown(cancel_pending=True)
         self._engine.close()

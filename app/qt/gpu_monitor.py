@@ -7,15 +7,12 @@ running when the next tick comes is not doubled up: that tick is skipped.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.qt.background import Background
 from inference.hardware import HardwareReport, probe_hardware
-
-log = logging.getLogger("hearth.gpu_monitor")
 
 PROBE_INTERVAL_MS = 1_000
 
@@ -24,7 +21,6 @@ class GpuMonitor(QObject):
     """`status` carries a fresh `HardwareReport` (GPUs with used/free VRAM, or why there are none)."""
 
     status = Signal(object)
-    _probed = Signal(object)
 
     def __init__(
         self,
@@ -35,53 +31,49 @@ class GpuMonitor(QObject):
     ) -> None:
         super().__init__(parent)
         self._probe = probe
-        self._executor: ThreadPoolExecutor | None = None
+        # A pool per start: what a pool stopped since delivers is recognised and dropped.
+        self._pool: Background | None = None
         self._in_flight = False
         self.latest: HardwareReport | None = None
         self.probe_count = 0
         self._timer = QTimer(self)
         self._timer.setInterval(interval_ms)
         self._timer.timeout.connect(self._tick)
-        # Queued: emitted on the worker thread, handled on ours.
-        self._probed.connect(self._on_probed, Qt.ConnectionType.QueuedConnection)
 
     @property
     def running(self) -> bool:
         return self._timer.isActive()
 
     def start(self) -> None:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-gpu")
+        if self._pool is None:
+            self._pool = Background("gpu")
         self._timer.start()
         self._tick()
 
     def stop(self) -> None:
         """Stops ticking and waits for a probe in flight, so no thread outlives the monitor."""
         self._timer.stop()
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown()
         self._in_flight = False
 
     def _tick(self) -> None:
-        if self._in_flight or self._executor is None:
+        pool = self._pool
+        if self._in_flight or pool is None:
             return
         self._in_flight = True
-        self._executor.submit(self._run_probe)
 
-    def _run_probe(self) -> None:
-        try:
-            report = self._probe()
-        except Exception as exc:  # probe_hardware never raises; a replacement might
-            log.exception("GPU probe failed")
-            report = HardwareReport((), f"GPU probe failed: {exc}", 0, 0, 1, 1)
-        self._probed.emit(report)
+        def failed(error: Exception) -> None:
+            # probe_hardware never raises; a replacement might.
+            self._probed(pool, HardwareReport((), f"GPU probe failed: {error}", 0, 0, 1, 1))
 
-    @Slot(object)
-    def _on_probed(self, report: HardwareReport) -> None:
-        self._in_flight = False
-        if self._executor is None:
+        pool.call(self._probe, lambda report: self._probed(pool, report), failed, operation="GPU probe")
+
+    def _probed(self, pool: Background, report: HardwareReport) -> None:
+        if pool is not self._pool:
             return
+        self._in_flight = False
         self.latest = report
         self.probe_count += 1
         self.status.emit(report)

@@ -1,13 +1,14 @@
 """The GUI's handle on the model library and the Hub: blocking work on worker threads, results as signals.
 
-Four kinds of worker, so nothing waits behind something unrelated:
+Four pools of workers, so nothing waits behind something unrelated:
 - Hub requests (search, listings with every remote header) on two threads: a new search need not wait for
   a slow listing;
 - downloads on threads of their own (MAX_DOWNLOADS at once, the rest queue), so a multi-gigabyte transfer
   never holds up a search, a verify or chat (which has its own thread in ChatService);
 - library reads, verify and delete on one thread, which keeps them in the order they were asked for;
 - keyring calls on one thread: a keyring can hang for seconds (app.secret_store gives up after a timeout).
-Signals are emitted from those threads; Qt queues them to receivers on the GUI thread.
+Signals are emitted from those threads; Qt queues them to receivers on the GUI thread. A call that fails
+reaches the GUI thread through the pool's one error path, as `failed` or as a failed download.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -37,6 +38,7 @@ from app.library.hub_token import HubToken
 from app.library.installed import InstalledModel
 from app.library.model_ops import assess_listing as assess
 from app.library.model_ops import disk_usage, remove_installed
+from app.qt.background import Background, describe
 from app.qt.chat_service import ChatService
 from inference.estimator import describe_prediction
 
@@ -129,10 +131,13 @@ class LibraryService(QObject):
         self._chat = chat
         # One for the session: a token the keyring would not take is kept here for this session only.
         self._token = HubToken()
-        self._hub_pool = ThreadPoolExecutor(HUB_WORKERS, thread_name_prefix="hearth-hub")
-        self._download_pool = ThreadPoolExecutor(MAX_DOWNLOADS, thread_name_prefix="hearth-download")
-        self._disk = ThreadPoolExecutor(1, thread_name_prefix="hearth-library")
-        self._keyring = ThreadPoolExecutor(1, thread_name_prefix="hearth-token")
+        self._hub_pool = Background("hub", HUB_WORKERS, self)
+        self._download_pool = Background("download", MAX_DOWNLOADS, self)
+        self._disk = Background("library", parent=self)
+        self._keyring = Background("token", parent=self)
+        self._pools = (self._hub_pool, self._download_pool, self._disk, self._keyring)
+        for pool in self._pools:
+            pool.failed.connect(self._failed)
         self._lock = threading.Lock()
         self._downloads: dict[str, _Download] = {}
         self._search_generation = 0
@@ -232,7 +237,12 @@ class LibraryService(QObject):
             return [record.state for record in self._downloads.values()]
 
     def _start(self, key: str) -> None:
-        future = self._submit(self._download_pool, "download", lambda: self._run_download(key))
+        future = self._submit(
+            self._download_pool,
+            f"download of {key}",
+            lambda: self._run_download(key),
+            lambda error: self._stopped(key, FAILED, describe(error)),
+        )
         with self._lock:
             self._downloads[key].future = future
 
@@ -250,11 +260,6 @@ class LibraryService(QObject):
         except (DownloadPaused, DownloadCancelled) as exc:
             self._stopped(key, CANCELLED if isinstance(exc, DownloadCancelled) else PAUSED, str(exc))
             self.diskUsage.emit(disk_usage(self._library))
-        except HearthError as exc:
-            self._stopped(key, FAILED, str(exc))
-        except Exception as exc:
-            log.exception("download of %s failed", key)
-            self._stopped(key, FAILED, f"Unexpected error: {exc}")
         else:
             self._set(key, lambda s: replace(s, state=INSTALLED, installed=installed))
             self._refresh()
@@ -329,8 +334,10 @@ class LibraryService(QObject):
         # Runs on the inference thread right after the load, or wherever the future was cancelled.
         if future.cancelled():
             return
+        # An unexpected load error reaches _load_failures later (through the GUI thread); the future has it.
+        error = future.exception()
         # Not the status's model name: a model with the same bytes as the loaded one is not loaded again.
-        failure = self._load_failures.get(name)
+        failure = self._load_failures.get(name) or (repr(error) if error is not None else None)
         loaded = self._chat.engine.loaded
         if failure is None and loaded is not None:
             report = describe_prediction(loaded.predicted_bytes, loaded.memory_bytes)
@@ -411,21 +418,19 @@ class LibraryService(QObject):
         return HubClient(self._core.settings.hf_endpoint, self._token.get())
 
     def _submit(
-        self, pool: ThreadPoolExecutor, operation: str, work: Callable[[], None]
+        self,
+        pool: Background,
+        operation: str,
+        work: Callable[[], None],
+        on_error: Callable[[Exception], None] | None = None,
     ) -> Future[None] | None:
+        """Without `on_error`, a failure is answered by `failed` with the operation's name."""
         if self._closed:
             return None
+        return pool.call(work, on_error=on_error, operation=operation)
 
-        def job() -> None:
-            try:
-                work()
-            except HearthError as exc:
-                self.failed.emit(operation, str(exc))
-            except Exception as exc:
-                log.exception("%s failed", operation)
-                self.failed.emit(operation, f"Unexpected error: {exc}")
-
-        return pool.submit(job)
+    def _failed(self, operation: str, error: Exception) -> None:
+        self.failed.emit(operation, describe(error))
 
     def shutdown(self) -> None:
         """Pause running downloads (they resume next time) and wait for every worker."""
@@ -433,8 +438,8 @@ class LibraryService(QObject):
         with self._lock:
             for record in self._downloads.values():
                 record.control.pause()
-        for pool in (self._hub_pool, self._download_pool, self._disk, self._keyring):
-            pool.shutdown(wait=True, cancel_futures=True)
+        for pool in self._pools:
+            pool.shutdown(cancel_pending=True)
 
 
 def _partial_model(state: DownloadState) -> RemoteModel:

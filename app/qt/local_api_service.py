@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import logging
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
 from app.chat.engine import ChatEngine
-from app.errors import HearthError
 from app.local_api.server import LocalServer, get_or_create_api_key, replace_api_key
+from app.qt.background import Background, describe
 from app.secret_store import SecretResult, SecretStore
-
-log = logging.getLogger("hearth.local_server")
 
 
 @dataclass(frozen=True)
@@ -25,7 +22,8 @@ class ServerState:
 
 
 class LocalServerService(QObject):
-    """Signals are emitted from worker and request threads; Qt queues them to receivers on the GUI thread."""
+    """keyChanged and activityChanged are emitted from worker and request threads (Qt queues them to
+    receivers on the GUI thread); stateChanged on the GUI thread, which alone keeps the state."""
 
     stateChanged = Signal(object)  # ServerState
     # The key as a SecretResult: value, and whether the keyring keeps it (else: this session only, and why).
@@ -40,7 +38,7 @@ class LocalServerService(QObject):
         self._engine = engine
         self._secrets = secrets if secrets is not None else SecretStore()
         # One worker: keyring calls may block for seconds, and starts and stops must happen in order.
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-local-server-control")
+        self._worker = Background("local-server-control", parent=self)
         self._server: LocalServer | None = None
         self._state = ServerState(running=False, port=port)
         self._key: SecretResult | None = None
@@ -59,25 +57,32 @@ class LocalServerService(QObject):
     def active_requests(self) -> int:
         return self._active
 
-    def start(self, port: int) -> Future[None]:
-        """Non-blocking: (re)start on 127.0.0.1:port with the stored key (made on first use)."""
-        return self._worker.submit(self._start, port)
+    def start(self, port: int) -> Future[ServerState]:
+        """Non-blocking: (re)start on 127.0.0.1:port with the stored key (made on first use). A start that
+        fails leaves the server off, with the reason in the state."""
+
+        def failed(error: Exception) -> None:
+            self._set_state(ServerState(running=False, port=port, error=describe(error)))
+
+        return self._worker.call(
+            lambda: self._start(port), self._set_state, failed, operation="starting the local API server"
+        )
 
     def stop(self) -> Future[None]:
-        return self._worker.submit(self._stop)
+        return self._worker.call(self._stop, self._stopped, operation="stopping the local API server")
 
     def load_key(self) -> Future[str]:
         """Non-blocking: read the key (making one on first use); answered by keyChanged."""
-        return self._worker.submit(self._ensure_key)
+        return self._worker.call(self._ensure_key, operation="reading the API key")
 
     def new_key(self) -> Future[None]:
         """Non-blocking: replace the key; a running server accepts only the new one from then on."""
-        return self._worker.submit(self._new_key)
+        return self._worker.call(self._new_key, operation="replacing the API key")
 
     def shutdown(self) -> None:
         """Blocking: stop serving (requests in flight are cancelled) and end the worker."""
-        self._worker.submit(self._stop)
-        self._worker.shutdown(wait=True)
+        self.stop()
+        self._worker.shutdown()
 
     def _ensure_key(self) -> str:
         key = self._key
@@ -98,27 +103,20 @@ class LocalServerService(QObject):
         self._key = key
         self.keyChanged.emit(key)
 
-    def _start(self, port: int) -> None:
-        self._stop(report=False)
-        try:
-            server = LocalServer(self._engine, self._ensure_key(), port=port, on_activity=self._on_activity)
-            server.start()
-        except HearthError as exc:
-            self._set_state(ServerState(running=False, port=port, error=str(exc)))
-            return
-        except Exception as exc:  # the switch must come back off and say why, whatever happened
-            log.exception("the local API server did not start")
-            self._set_state(ServerState(running=False, port=port, error=f"Unexpected error: {exc}"))
-            return
+    def _start(self, port: int) -> ServerState:
+        self._stop()
+        server = LocalServer(self._engine, self._ensure_key(), port=port, on_activity=self._on_activity)
+        server.start()
         self._server = server
-        self._set_state(ServerState(running=True, port=server.port, url=server.url))
+        return ServerState(running=True, port=server.port, url=server.url)
 
-    def _stop(self, *, report: bool = True) -> None:
+    def _stop(self) -> None:
         server, self._server = self._server, None
         if server is not None:
             server.stop()
-        if report:
-            self._set_state(ServerState(running=False, port=self._state.port))
+
+    def _stopped(self, _result: None) -> None:
+        self._set_state(ServerState(running=False, port=self._state.port))
 
     def _set_state(self, state: ServerState) -> None:
         self._state = state

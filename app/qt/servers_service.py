@@ -63,8 +63,8 @@ class ServersService(QObject):
     def __init__(self, registry: ServerRegistry, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._registry = registry
-        self._control = Background(self)
-        self._network = Background(self, workers=LISTING_WORKERS)
+        self._control = Background("servers", parent=self)
+        self._network = Background("server-listing", LISTING_WORKERS, self)
         # Listings in progress, so closing the window ends them at once instead of waiting out a slow server.
         self._listings_lock = threading.Lock()
         self._listings: set[StreamCancel] = set()
@@ -107,7 +107,7 @@ class ServersService(QObject):
         def read() -> list[tuple[Server, SecretStatus]]:
             return [(server, registry.key_status(server.name)) for server in registry.servers()]
 
-        self._control.call(read, self._read, self._read_failed)
+        self._control.call(read, self._read, self._read_failed, operation="reading the servers")
 
     def retry_failed(self) -> None:
         """Non-blocking: list again the servers whose last listing failed (all of them before the first)."""
@@ -148,6 +148,7 @@ class ServersService(QObject):
             lambda: self._listing(server),
             lambda listing: self._listed(name, version, listing),
             lambda error: self._listed(name, version, ServerListing(server, error=str(error))),
+            operation=f"listing the models of {name}",
         )
         self.changed.emit()
 
@@ -186,8 +187,11 @@ class ServersService(QObject):
             del self._states[name]
         self._states[server.name] = _State(ServerEntry(server, models=models), next(self._versions))
         registry = self._registry
+        # A key that cannot be read stays unknown (None) in the entry.
         self._control.call(
-            lambda: registry.key_status(server.name), lambda key: self._key_read(server.name, key)
+            lambda: registry.key_status(server.name),
+            lambda key: self._key_read(server.name, key),
+            operation=f"reading the key of {server.name}",
         )
         self.changed.emit()
 
@@ -199,7 +203,12 @@ class ServersService(QObject):
 
     def remove(self, name: str) -> None:
         """Non-blocking: forget the server and delete its key; answered by `removed` or `failed`."""
-        self._control.call(lambda: self._registry.remove(name), self._removed, self._change_failed)
+        self._control.call(
+            lambda: self._registry.remove(name),
+            self._removed,
+            self._change_failed,
+            operation=f"removing {name}",
+        )
 
     def _removed(self, result: tuple[Server, SecretResult]) -> None:
         server, key = result
@@ -214,7 +223,12 @@ class ServersService(QObject):
         def work() -> tuple[SecretResult, SecretStatus]:
             return registry.set_api_key(name, api_key), registry.key_status(name)
 
-        self._control.call(work, lambda result: self._key_set(name, *result), self._change_failed)
+        self._control.call(
+            work,
+            lambda result: self._key_set(name, *result),
+            self._change_failed,
+            operation=f"setting the key of {name}",
+        )
 
     def _key_set(self, name: str, result: SecretResult, key: SecretStatus) -> None:
         state = self._states.get(name)
@@ -227,7 +241,12 @@ class ServersService(QObject):
     def set_ca_bundle(self, name: str, ca_bundle: Path | None) -> None:
         """Non-blocking: trust this PEM file's CAs for the server (None: the system's), then list again."""
         registry = self._registry
-        self._control.call(lambda: registry.set_ca_bundle(name, ca_bundle), self._ca_set, self._change_failed)
+        self._control.call(
+            lambda: registry.set_ca_bundle(name, ca_bundle),
+            self._ca_set,
+            self._change_failed,
+            operation=f"setting the CA bundle of {name}",
+        )
 
     def _ca_set(self, server: Server) -> None:
         state = self._states.get(server.name)

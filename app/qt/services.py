@@ -72,13 +72,13 @@ class AppServices:
             store=core.store,
             library=core.library,
             chat=chat,
-            background=Background(),
+            background=Background("background"),
             hardware=hardware,
             core=core,
             gpu_monitor=monitor,
             library_service=LibraryService(core, chat),
             servers=servers,
-            network=Background(),
+            network=Background("network"),
             servers_service=ServersService(servers),
             local_server=local_server,
         )
@@ -87,7 +87,9 @@ class AppServices:
         """Apply at once (the next turn uses them) and save off the GUI thread."""
         settings = dataclasses.replace(self.settings, **changes)  # type: ignore[arg-type]
         self.settings = self.core.settings = self.chat.engine.settings = settings
-        self.background.call(lambda: save_settings(self.paths.settings_path, settings))
+        self.background.call(
+            lambda: save_settings(self.paths.settings_path, settings), operation="saving the settings"
+        )
 
     def export_conversation(self, conversation_id: int, path: Path, fmt: str) -> Path:
         """Blocking (run it through `background`): write one conversation as Markdown ("md") or JSON."""
