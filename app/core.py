@@ -22,7 +22,6 @@ class Core:
     db: Database
     store: ConversationStore
     library: ModelLibrary
-    interrupted_at_start: int
     # Why the database is open read-only (it failed its check at start-up), or None.
     damaged: str | None = None
 
@@ -39,7 +38,7 @@ class Core:
             log.error("opening the damaged database read-only: %s", exc)
             db = Database.open_read_only(paths.db_path)
             library = ModelLibrary(db, paths.models_dir)
-            return cls(paths, settings, db, ConversationStore(db), library, 0, damaged=str(exc))
+            return cls(paths, settings, db, ConversationStore(db), library, damaged=str(exc))
         store = ConversationStore(db)
         # A reply still marked streaming was cut off by a crash or a kill: say so instead of pretending.
         interrupted = store.mark_interrupted_streaming()
@@ -48,7 +47,7 @@ class Core:
         library = ModelLibrary(db, paths.models_dir)
         # The starter model ships as a Python package so a new user can chat offline right away.
         library.register_starter()
-        return cls(paths, settings, db, store, library, interrupted)
+        return cls(paths, settings, db, store, library)
 
     def close(self) -> None:
         self.db.dispose()

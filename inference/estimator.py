@@ -47,7 +47,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Final
 
 from inference.gguf import GGML_TYPES, ArraySummary, GGUFHeader, check_hyperparameters
@@ -241,7 +241,6 @@ class FitEstimate:
     quantization: str = ""
     gpu_name: str | None = None
     flash_attn: bool = False
-    breakdown: MemoryBreakdown = field(default_factory=MemoryBreakdown)
     # For a mixture-of-experts model that does not fit fully on the GPU: the placement (verdict "experts_cpu")
     # that offloads everything but the routed experts, when that fits.
     experts_on_cpu: FitEstimate | None = None
@@ -769,7 +768,6 @@ class _Fitter:
             quantization=self.p.quantization,
             gpu_name=self.gpu.name if self.gpu is not None and k > 0 else None,
             flash_attn=self.flash_attn(llama_layers),
-            breakdown=m,
         )
 
 

@@ -12,8 +12,8 @@ documents, so each of its doors is closed here:
 - Tooltips. A link or image title becomes the fragment's tooltip, and `QToolTip` renders
   anything that looks like HTML (an `<img src=file:...>` title would be loaded). Titles are
   replaced by the escaped link target, which is also what a user wants to see on hover.
-- Links. Nothing navigates inside the browser; only http(s) links open, in the system browser,
-  after a confirmation that shows the whole URL.
+- Links. A document never navigates; the view that shows it (the transcript) opens only http(s) links
+  (`is_openable`), in the system browser, after a confirmation that shows the whole URL.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QCoreApplication, QObject, QRectF, Qt, QUrl
+from PySide6.QtCore import QByteArray, QCoreApplication, QRectF, Qt, QUrl
 from PySide6.QtGui import (
     QColor,
-    QDesktopServices,
     QImage,
     QPainter,
     QPen,
@@ -35,7 +34,7 @@ from PySide6.QtGui import (
     QTextDocument,
     QTextFormat,
 )
-from PySide6.QtWidgets import QMessageBox, QTextBrowser, QWidget
+from PySide6.QtWidgets import QMessageBox, QWidget
 
 log = logging.getLogger("hearth.ui.safe_browser")
 
@@ -130,48 +129,3 @@ class SafeTextDocument(QTextDocument):
     def set_markdown(self, text: str) -> None:
         self.setMarkdown(text, MARKDOWN_FEATURES)
         _neutralise_titles(self)
-
-
-def render_markdown_to_document(text: str, parent: QObject | None = None) -> SafeTextDocument:
-    document = SafeTextDocument(parent)
-    document.set_markdown(text)
-    return document
-
-
-class SafeTextBrowser(QTextBrowser):
-    """Read-only Markdown view for untrusted text. Link decisions go through injectable seams."""
-
-    def __init__(
-        self,
-        parent: QWidget | None = None,
-        *,
-        confirm_open: ConfirmOpen = confirm_open_url,
-        open_url: OpenUrl = QDesktopServices.openUrl,
-    ) -> None:
-        super().__init__(parent)
-        self._confirm_open = confirm_open
-        self._open_url = open_url
-        self.setDocument(SafeTextDocument(self))
-        self.setOpenLinks(False)
-        self.setOpenExternalLinks(False)
-        self.setSearchPaths([])
-        self.anchorClicked.connect(self._on_anchor_clicked)
-
-    def safe_document(self) -> SafeTextDocument:
-        document = self.document()
-        assert isinstance(document, SafeTextDocument)
-        return document
-
-    def set_markdown(self, text: str) -> None:
-        self.safe_document().set_markdown(text)
-
-    def loadResource(self, type: int, name: QUrl | str, /) -> Any:
-        # Reached through setSource() and history navigation, which bypass the document.
-        return refuse_resource(type, QUrl(name))
-
-    def _on_anchor_clicked(self, url: QUrl) -> None:
-        if not is_openable(url):
-            log.info("ignored a click on a %r link", url.scheme())
-            return
-        if self._confirm_open(self, url):
-            self._open_url(url)

@@ -61,10 +61,6 @@ class Theme:
     syn_operator: str
     syn_builtin: str
 
-    @property
-    def dark(self) -> bool:
-        return self.name == "dark"
-
     def color(self, name: str) -> QColor:
         return QColor(str(getattr(self, name)))
 

@@ -100,7 +100,6 @@ class ReasoningParser:
         self._held = ""
         self._answered = False  # answer text has been given out (after leading whitespace)
         self._thought = False  # reasoning text has been given out
-        self.saw_reasoning = False
 
     @property
     def in_reasoning(self) -> bool:
@@ -115,7 +114,6 @@ class ReasoningParser:
         tail = prompt_end.rstrip()
         if tail.endswith(self.markers.open):
             self._state = _State.REASONING
-            self.saw_reasoning = True
         elif tail.endswith(self.markers.close):
             self._state = _State.ANSWER
 
@@ -130,7 +128,6 @@ class ReasoningParser:
                 text = text.lstrip()
                 if text.startswith(self.markers.open):
                     self._state = _State.REASONING
-                    self.saw_reasoning = True
                     text = text[len(self.markers.open) :]
                 elif self._lone_close and text.startswith(self.markers.close):
                     # A closing marker before anything else: an empty reasoning, then the answer.
@@ -166,7 +163,6 @@ class ReasoningParser:
                     # The reasoning goes on from the moved text: its leading whitespace is no longer leading.
                     self._thought = self._thought or moved
                     self._answered = False
-                    self.saw_reasoning = True
                 reasoning.append(before)
                 self._state = _State.ANSWER
         return self._split(reasoning, answer, moved)

@@ -14,7 +14,6 @@ names from a listing are checked before anything turns them into a path.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ from app.errors import HearthError, InvalidModelFile
 from app.library.hub_token import TOKEN_NAME, check_token_text
 from app.library.installed import InstalledModel, split_part_problem, split_set_problem
 from app.secret_store import SecretResult, SecretStatus, SecretStore
+from inference.estimator import combine_split_headers
 from inference.gguf import GGUFError, GGUFHeader, parse_header
 
 log = logging.getLogger("hearth.hub")
@@ -600,11 +600,7 @@ class HubClient:
             raise InvalidModelFile(
                 f"{listing.repo_id}/{model.filename} is not a usable split model: {problem}."
             )
-        return dataclasses.replace(
-            headers[0],
-            tensors=tuple(t for h in headers for t in h.tensors),
-            file_size=sum(h.file_size for h in headers),
-        )
+        return combine_split_headers(headers)
 
     def read_headers(
         self, listing: RepoListing, models: Sequence[RemoteModel]

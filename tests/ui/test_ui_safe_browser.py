@@ -1,4 +1,8 @@
-"""Hostile Markdown from a model must not read files, reach the network, run HTML or open links unasked."""
+"""Hostile Markdown from a model must not read files, reach the network, run HTML or open links unasked.
+
+Checked where replies are really shown: the transcript, rendering through ui.markdown into the safe
+documents of ui.safe_browser, laid out and painted for real.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +16,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QPoint, Qt, QTimer, QUrl
-from PySide6.QtGui import QColor, QFont, QImage, QTextDocument
+from PySide6.QtCore import QEvent, QPoint, Qt, QTimer, QUrl
+from PySide6.QtGui import QColor, QFont, QHelpEvent, QImage, QTextDocument
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
+from PySide6.QtWidgets import QApplication, QMessageBox, QToolTip, QWidget
 from pytestqt.qtbot import QtBot
 
-from ui.safe_browser import SafeTextBrowser, blocked_image, confirm_open_url, render_markdown_to_document
+from ui.markdown import Segment
+from ui.safe_browser import blocked_image, confirm_open_url
+from ui.transcript import Transcript, TranscriptEntry
 
 pytestmark = pytest.mark.gui
 
@@ -30,21 +36,47 @@ def _write_png(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _force_layout_and_paint(qtbot: QtBot, browser: SafeTextBrowser) -> None:
-    """Image resources are requested while laying out and painting, so do both for real."""
-    browser.resize(500, 400)
-    browser.show()
-    qtbot.waitExposed(browser)
-    browser.viewport().grab()
+class _Recorder:
+    def __init__(self, answer: bool = False) -> None:
+        self.answer = answer
+        self.confirmed: list[str] = []
+        self.opened: list[str] = []
+
+    def confirm(self, parent: QWidget, url: QUrl) -> bool:
+        self.confirmed.append(url.toString())
+        return self.answer
+
+    def open(self, url: QUrl) -> bool:
+        self.opened.append(url.toString())
+        return True
+
+
+def _transcript(qtbot: QtBot, markdown: str, links: _Recorder | None = None) -> Transcript:
+    """The reply `markdown` as message 1, laid out and painted for real: that is when Qt asks for images."""
+    links = links if links is not None else _Recorder()
+    view = Transcript(confirm_open=links.confirm, open_url=links.open)
+    qtbot.addWidget(view)
+    view.resize(500, 400)
+    view.show()
+    qtbot.waitExposed(view)
+    view.set_entries([TranscriptEntry(1, "assistant", markdown)])
+    view.viewport().grab()
     QApplication.processEvents()
+    return view
 
 
-def _browser(qtbot: QtBot, markdown: str, **seams: object) -> SafeTextBrowser:
-    browser = SafeTextBrowser(**seams)  # type: ignore[arg-type]
-    qtbot.addWidget(browser)
-    browser.set_markdown(markdown)
-    _force_layout_and_paint(qtbot, browser)
-    return browser
+def _segments(view: Transcript) -> list[Segment]:
+    row = view.row(1)
+    assert row is not None
+    segments = [segment for _top, segment in row.body_segments()]
+    assert segments, "the reply was never rendered, so the test proves nothing"
+    return segments
+
+
+def _shown_text(view: Transcript) -> str:
+    row = view.row(1)
+    assert row is not None
+    return row.rendered_text()
 
 
 class _FileOpenWatch:
@@ -87,19 +119,20 @@ def test_local_image_named_by_the_model_is_never_opened(
     url = QUrl.fromLocalFile(str(secret))
     watch = _FileOpenWatch(secret)
     try:
-        browser = _browser(
-            qtbot,
-            f"Look: ![x]({url.toString()}) and ![y]({secret}) and ![z](<{secret}>)",
-        )
+        view = _transcript(qtbot, f"Look: ![x]({url.toString()}) and ![y]({secret}) and ![z](<{secret}>)")
 
         assert watch.events() == 0, "Qt opened the file the model pointed at"
         # Qt did ask, and was refused with the placeholder rather than the file's pixels.
         assert url.toString() in refusals
-        resource = browser.document().resource(QTextDocument.ResourceType.ImageResource.value, url)
+        (segment,) = _segments(view)
+        image = QTextDocument.ResourceType.ImageResource.value
+        resource = segment.document.resource(image, url)
         assert isinstance(resource, QImage)
         assert resource == blocked_image()
         assert resource.size() != QImage.fromData(secret_bytes).size()
-        assert browser.loadResource(QTextDocument.ResourceType.ImageResource.value, url) == blocked_image()
+        # Asked again, directly: the document still never loads it.
+        assert segment.document.loadResource(image, url) == blocked_image()
+        assert watch.events() == 0
 
         # The watch is not blind: an open by anyone is seen.
         assert secret.read_bytes() == secret_bytes
@@ -122,11 +155,12 @@ def test_local_image_named_by_the_model_is_never_opened(
     ],
 )
 def test_every_image_name_gets_the_placeholder(qtbot: QtBot, refusals: list[str], name: str) -> None:
-    browser = _browser(qtbot, f"![x](<{name}>)")
+    view = _transcript(qtbot, f"![x](<{name}>)")
 
     assert refusals, "Qt never asked for the image, so the test proves nothing"
     asked = QUrl(refusals[0])
-    resource = browser.document().resource(QTextDocument.ResourceType.ImageResource.value, asked)
+    (segment,) = _segments(view)
+    resource = segment.document.resource(QTextDocument.ResourceType.ImageResource.value, asked)
     assert resource == blocked_image()
 
 
@@ -161,13 +195,15 @@ def image_server(tmp_path: Path) -> Iterator[tuple[str, type[_CountingHandler]]]
 
 
 def test_remote_images_make_no_request(
-    qtbot: QtBot, image_server: tuple[str, type[_CountingHandler]]
+    qtbot: QtBot, image_server: tuple[str, type[_CountingHandler]], refusals: list[str]
 ) -> None:
     base, handler = image_server
-    _browser(
+    _transcript(
         qtbot,
         f'![]({base}/x.png)\n\n![leak]({base}/?q=secret-data)\n\n<img src="{base}/raw.png">',
     )
+    # Qt asked for an image (and was refused), so the count below proves something.
+    assert f"{base}/?q=secret-data" in refusals
     qtbot.wait(300)
 
     assert handler.requests == 0
@@ -179,54 +215,54 @@ def test_remote_images_make_no_request(
 
 def test_raw_html_is_shown_as_text(qtbot: QtBot) -> None:
     html = '<img src="file:///etc/passwd"> <script>alert(1)</script> <b>bold</b>\n\n<div>block</div>'
-    browser = _browser(qtbot, html)
+    view = _transcript(qtbot, html)
 
-    text = browser.toPlainText()
+    text = _shown_text(view)
     assert '<img src="file:///etc/passwd">' in text
     assert "<script>alert(1)</script>" in text
     assert "<b>bold</b>" in text
     assert "<div>block</div>" in text
-    cursor = browser.document().find("bold")
+    cursor = _segments(view)[0].document.find("bold")
+    assert not cursor.isNull()
     assert cursor.charFormat().fontWeight() != QFont.Weight.Bold
     assert "\ufffc" not in text, "an object (image) was created from raw HTML"
 
 
+def _hover_help(view: Transcript, point: QPoint) -> None:
+    event = QHelpEvent(QEvent.Type.ToolTip, point, view.viewport().mapToGlobal(point))
+    QApplication.sendEvent(view.viewport(), event)
+
+
 def test_titles_never_reach_a_rich_text_tooltip(qtbot: QtBot) -> None:
-    browser = _browser(
+    view = _transcript(
         qtbot,
         "[here](https://example.com/a?b=<c> \"<img src='file:///etc/passwd'>\") "
         "![pic](x.png \"<img src='file:///etc/shadow'>\")",
     )
-    document = browser.document()
+    (segment,) = _segments(view)
+    document = segment.document
 
     link = document.find("here").charFormat()
     assert link.toolTip() == "<p>https://example.com/a?b=&lt;c&gt;</p>"
     image_cursor = document.find("\ufffc")
+    assert not image_cursor.isNull()
     assert image_cursor.charFormat().toolTip() == ""
 
-
-class _Recorder:
-    def __init__(self, answer: bool = False) -> None:
-        self.answer = answer
-        self.confirmed: list[str] = []
-        self.opened: list[str] = []
-
-    def confirm(self, parent: QWidget, url: QUrl) -> bool:
-        self.confirmed.append(url.toString())
-        return self.answer
-
-    def open(self, url: QUrl) -> bool:
-        self.opened.append(url.toString())
-        return True
+    # What hovering shows: the escaped target for the link, nothing for the image; never a title.
+    _hover_help(view, view.text_point(1, "\ufffc"))
+    assert "shadow" not in QToolTip.text()
+    _hover_help(view, view.text_point(1, "here"))
+    assert QToolTip.text() == "<p>https://example.com/a?b=&lt;c&gt;</p>"
 
 
-def _click_link(qtbot: QtBot, browser: SafeTextBrowser, label: str) -> None:
-    cursor = browser.document().find(label)
-    assert not cursor.isNull(), label
-    cursor.setPosition(cursor.selectionStart() + 1)
-    point: QPoint = browser.cursorRect(cursor).center()
-    with qtbot.waitSignal(browser.anchorClicked, timeout=2000):
-        QTest.mouseClick(browser.viewport(), Qt.MouseButton.LeftButton, pos=point)
+def _click_link(view: Transcript, label: str) -> None:
+    point = view.text_point(1, label)
+    # From elsewhere first: a move to where the pointer already is sends no event.
+    QTest.mouseMove(view.viewport(), QPoint(1, 1))
+    QTest.mouseMove(view.viewport(), point)
+    # The pointer became a hand: the transcript sees a link under it, so the click lands on one.
+    assert view.viewport().cursor().shape() == Qt.CursorShape.PointingHandCursor, label
+    QTest.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=point)
 
 
 @pytest.mark.parametrize(
@@ -243,22 +279,22 @@ def _click_link(qtbot: QtBot, browser: SafeTextBrowser, label: str) -> None:
 )
 def test_non_http_links_do_nothing(qtbot: QtBot, target: str) -> None:
     recorder = _Recorder(answer=True)
-    browser = _browser(qtbot, f"[clickme](<{target}>)", confirm_open=recorder.confirm, open_url=recorder.open)
+    view = _transcript(qtbot, f"[clickme](<{target}>)", recorder)
 
-    _click_link(qtbot, browser, "clickme")
+    _click_link(view, "clickme")
 
     assert recorder.confirmed == []
     assert recorder.opened == []
-    assert browser.toPlainText() == "clickme", "the browser navigated"
+    assert _shown_text(view) == "clickme", "the transcript navigated"
 
 
 @pytest.mark.parametrize("answer", [False, True])
 def test_http_link_asks_first_and_opens_only_when_accepted(qtbot: QtBot, answer: bool) -> None:
     url = "https://example.com/some/long/path?query=value&other=2#frag"
     recorder = _Recorder(answer=answer)
-    browser = _browser(qtbot, f"[docs]({url})", confirm_open=recorder.confirm, open_url=recorder.open)
+    view = _transcript(qtbot, f"[docs]({url})", recorder)
 
-    _click_link(qtbot, browser, "docs")
+    _click_link(view, "docs")
 
     assert recorder.confirmed == [url]
     assert recorder.opened == ([url] if answer else [])
@@ -282,8 +318,7 @@ def test_confirmation_dialog_shows_the_full_url(qtbot: QtBot) -> None:
     assert seen == ["https://xn--bcher-kva.example/%3Cb%3Epath%3C/b%3E?token=abc#x"]
 
 
-def test_cjk_text_round_trips() -> None:
-    text = "漢字とかな、한국어, 中文 **粗体** `代码`"
-    document = render_markdown_to_document(text)
+def test_cjk_text_round_trips(qtbot: QtBot) -> None:
+    view = _transcript(qtbot, "漢字とかな、한국어, 中文 **粗体** `代码`")
 
-    assert document.toPlainText() == "漢字とかな、한국어, 中文 粗体 代码"
+    assert _shown_text(view) == "漢字とかな、한국어, 中文 粗体 代码"
