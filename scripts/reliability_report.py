@@ -22,6 +22,8 @@ REPORT = ROOT / "docs" / "reliability.md"
 CODE_UNDER_TEST = ("app", "inference", "ui", "tests/reliability")
 _COMMIT_LINE = re.compile(r"^- Commit: `([0-9a-f]{40})`$", re.MULTILINE)
 _CLEAN_TREE_LINE = re.compile(r"^- Tree: clean\b", re.MULTILINE)
+_CODE_LINE = re.compile(r"^- Code under test: (.+)$", re.MULTILINE)
+_CODE_TREE = re.compile(r"`([^`]+)/` `([0-9a-f]{40})`")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Run:
 
     commit: str
     changes: list[str]
+    trees: dict[str, str]
     subset: str | None
     units: dict[str, str]
     records: list[Record]
@@ -53,6 +56,7 @@ def load(path: Path) -> Run:
     return Run(
         commit=run.get("commit", "unknown"),
         changes=list(run.get("changes", [])),
+        trees=dict(run.get("trees", {})),
         subset=run.get("subset"),
         units=dict(document["units"]),
         records=[Record(**item) for item in document["records"]],
@@ -67,6 +71,8 @@ def refusals(run: Run) -> list[str]:
     if run.changes:
         listed = ", ".join(line[3:] for line in run.changes[:5]) + (", …" if len(run.changes) > 5 else "")
         reasons.append(f"the code under test had uncommitted changes ({listed})")
+    if len(run.trees) != len(CODE_UNDER_TEST) or not all(run.trees.values()):
+        reasons.append("the git trees of the code under test are unknown")
     if run.commit == "unknown":
         reasons.append("the commit it ran on is unknown (not a git checkout)")
     return reasons
@@ -76,6 +82,12 @@ def commit_of(report: str) -> str | None:
     """The commit a report was generated on, as written in it."""
     match = _COMMIT_LINE.search(report)
     return match.group(1) if match else None
+
+
+def code_trees_of(report: str) -> dict[str, str]:
+    """The git tree of each folder of the code under test when the report was generated, as written in it."""
+    match = _CODE_LINE.search(report)
+    return dict(_CODE_TREE.findall(match.group(1))) if match else {}
 
 
 def tree_was_clean(report: str) -> bool:
@@ -158,6 +170,7 @@ def render(run: Run, *, when: datetime, pytest_status: int | None) -> str:
         f"- Date: {when:%Y-%m-%d %H:%M} UTC",
         f"- Commit: `{run.commit}`",
         f"- Tree: {tree}",
+        "- Code under test: " + ", ".join(f"`{path}/` `{tree}`" for path, tree in run.trees.items()),
         "- Run: the whole suite" if run.subset is None else f"- Run: **a subset**: {run.subset}",
         f"- Result: {verdict} ({counts['passed']} of {len(rows)} faults passed, {counts['failed']} failed, "
         f"{counts['skipped']} skipped"

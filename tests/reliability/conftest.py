@@ -184,7 +184,9 @@ def _tree() -> dict[str, object]:
         return {"commit": "unknown", "changes": []}
     if head.returncode != 0 or status.returncode != 0:
         return {"commit": "unknown", "changes": []}
-    return {"commit": head.stdout.strip(), "changes": status.stdout.splitlines()}
+    # The code's git trees identify what was tested even where a clone has no history to compare commits in.
+    trees = {path: _git("rev-parse", f"HEAD:{path}").stdout.strip() for path in CODE_UNDER_TEST}
+    return {"commit": head.stdout.strip(), "changes": status.stdout.splitlines(), "trees": trees}
 
 
 # Taken when the suite's modules are imported, before any test runs: the code the run tested.

@@ -48,16 +48,25 @@ def test_the_committed_report_is_not_older_than_the_code_it_is_about() -> None:
     commit = report.commit_of(text)
     regenerate = "regenerate it with scripts/reliability_report.sh and commit it"
     assert commit is not None, f"docs/reliability.md names no commit: {regenerate}"
-    assert git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0, (
-        f"docs/reliability.md was generated on {commit}, which this checkout does not have "
-        "(a shallow clone needs the full history)"
+    # The code's trees are compared first: that works in a shallow clone too.
+    recorded = report.code_trees_of(text)
+    assert set(recorded) == set(suite.CODE_UNDER_TEST), (
+        f"docs/reliability.md names no code trees: {regenerate}"
     )
-    last = git("log", "-1", "--format=%H", "--", *suite.CODE_UNDER_TEST).stdout.strip()
-    ancestor = git("merge-base", "--is-ancestor", last, commit)
-    assert ancestor.returncode == 0, (
-        f"docs/reliability.md was generated on {commit[:12]}, but {last[:12]} changed "
-        f"{', '.join(suite.CODE_UNDER_TEST)} after it (or on another branch): {regenerate}"
+    changed = [
+        path for path, tree in recorded.items() if git("rev-parse", f"HEAD:{path}").stdout.strip() != tree
+    ]
+    assert not changed, (
+        f"docs/reliability.md was generated on {commit[:12]}, but {', '.join(changed)} changed since: "
+        f"{regenerate}"
     )
+    if git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0:
+        last = git("log", "-1", "--format=%H", "--", *suite.CODE_UNDER_TEST).stdout.strip()
+        ancestor = git("merge-base", "--is-ancestor", last, commit)
+        assert ancestor.returncode == 0, (
+            f"docs/reliability.md was generated on {commit[:12]}, but {last[:12]} changed "
+            f"{', '.join(suite.CODE_UNDER_TEST)} after it (or on another branch): {regenerate}"
+        )
     assert report.tree_was_clean(text), (
         f"docs/reliability.md does not say the code under test was committed when it ran: {regenerate}"
     )
@@ -84,6 +93,7 @@ def run(records: list[Any], **fields: object) -> Any:
     values: dict[str, object] = {
         "commit": "a" * 40,
         "changes": [],
+        "trees": {path: f"{i}" * 40 for i, path in enumerate(suite.CODE_UNDER_TEST)},
         "subset": None,
         "units": suite.UNITS,
         "records": records,
@@ -92,6 +102,13 @@ def run(records: list[Any], **fields: object) -> Any:
 
 
 WHEN = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def test_the_report_names_the_trees_of_the_code_it_tested_and_refuses_without_them() -> None:
+    tested = run([record()])
+    assert report.code_trees_of(report.render(tested, when=WHEN, pytest_status=0)) == tested.trees
+    assert report.refusals(tested) == []
+    assert report.refusals(run([record()], trees={})) == ["the git trees of the code under test are unknown"]
 
 
 def test_losses_are_totalled_per_unit_and_skipped_tests_are_rows() -> None:
