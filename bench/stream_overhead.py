@@ -296,7 +296,8 @@ def render_table(data: Mapping[str, Any]) -> str:
         [
             *rows,
             "",
-            f"{data['model']}, CPU, {data['threads']} threads, context {data['n_ctx']:,}, "
+            f"{data['model']}, CPU, {data['threads']} thread{'s' if data['threads'] != 1 else ''}, "
+            f"context {data['n_ctx']:,}, "
             f"{data['tokens']:,}-token replies to a {data['prompt_tokens']}-token prompt. Early: tokens 2 to "
             f"{window + 1}; late: the last {window}. Target ≥ {target:.2f} for both: {met}.",
         ]
