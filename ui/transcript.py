@@ -29,7 +29,8 @@ import bisect
 import html
 import math
 import time
-from collections import deque
+import weakref
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -62,6 +63,7 @@ from PySide6.QtGui import (
     QPaintEvent,
     QPalette,
     QPen,
+    QPixmap,
     QResizeEvent,
 )
 from PySide6.QtWidgets import QAbstractScrollArea, QMenu, QToolTip, QWidget
@@ -95,6 +97,8 @@ RENDER_BUDGET_S = 0.008
 # Laying out pieces of split blocks per event-loop turn, all callers together: less than the render
 # budget, to leave room for the paint that shows them.
 PIECE_BUDGET_S = 0.005
+# Memory for images of pieces as painted (a few screens of them).
+PIECE_IMAGES_BYTES = 48 * 1024 * 1024
 # Rows keeping their rendered documents; the rest keep only their height.
 MAX_RENDERED_ROWS = 300
 # After a resize, pieces of split blocks wait this long to be laid out again, and so does the idle pass
@@ -260,6 +264,48 @@ class _Budget:
         segment.layout(width)
         _Budget.cost = 0.7 * _Budget.cost + 0.3 * (time.perf_counter() - started)
         self.used = True
+
+
+class _PieceImages:
+    """Pieces of split blocks as painted, to copy onto the screen again: painting a viewport full of table
+    cell by cell costs several milliseconds a paint, copying it a fraction of one (a resize shows pieces
+    as they were until they are laid out again; scrolling repaints everything in view)."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self._limit = limit_bytes
+        self._bytes = 0
+        # id(segment) → (the segment, weakly; what it was painted as; the image), least recently used first.
+        self._images: OrderedDict[int, tuple[weakref.ref[Segment], tuple[object, ...], QPixmap]] = (
+            OrderedDict()
+        )
+
+    def get(self, segment: Segment, key: tuple[object, ...]) -> QPixmap | None:
+        found = self._images.get(id(segment))
+        if found is None or found[0]() is not segment or found[1] != key:
+            return None
+        self._images.move_to_end(id(segment))
+        return found[2]
+
+    def admits(self, size: QSize) -> bool:
+        """Whether an image this size is kept (a piece taller than a few screens is painted directly)."""
+        return size.width() * size.height() * 4 <= self._limit // 8
+
+    def put(self, segment: Segment, key: tuple[object, ...], image: QPixmap) -> None:
+        size = image.width() * image.height() * 4
+        self._drop(id(segment))
+        self._images[id(segment)] = (weakref.ref(segment), key, image)
+        self._bytes += size
+        while self._bytes > self._limit:
+            self._drop(next(iter(self._images)))
+
+    def clear(self) -> None:
+        self._images.clear()
+        self._bytes = 0
+
+    def _drop(self, key: int) -> None:
+        found = self._images.pop(key, None)
+        if found is not None:
+            self._bytes -= found[2].width() * found[2].height() * 4
 
 
 @dataclass(frozen=True)
@@ -936,6 +982,7 @@ class Transcript(QAbstractScrollArea):
         self._idle_timer.timeout.connect(self._idle_measure)
         self._turn_deadline: float | None = None
         self._resized_until = 0.0
+        self._piece_images = _PieceImages(PIECE_IMAGES_BYTES)
         # Fires once the events of the turn that started a budget are done: the next turn gets a new one.
         self._turn_timer = QTimer(self)
         self._turn_timer.setSingleShot(True)
@@ -1711,7 +1758,9 @@ class Transcript(QAbstractScrollArea):
                     painter.setClipRect(
                         QRectF(ROW_PAD, y, content, segment.height), Qt.ClipOperation.IntersectClip
                     )
-                self._paint_segment(painter, row, segment, QPointF(ROW_PAD, y), top - y, bottom - y)
+                self._paint_segment(
+                    painter, row, segment, QPointF(ROW_PAD, y), top - y, bottom - y, QColor(fill)
+                )
                 if segment.width != content:
                     painter.restore()
 
@@ -1765,12 +1814,47 @@ class Transcript(QAbstractScrollArea):
         painter.restore()
 
     def _paint_segment(
-        self, painter: QPainter, row: MessageRow, segment: Segment, at: QPointF, top: float, bottom: float
+        self,
+        painter: QPainter,
+        row: MessageRow,
+        segment: Segment,
+        at: QPointF,
+        top: float,
+        bottom: float,
+        fill: QColor,
     ) -> None:
-        theme = self._theme
+        """A block, `top`..`bottom` of it in view; a piece of a split block from its image (see
+        `_PieceImages`), painted on the bubble's `fill` once per layout."""
         painter.save()
-        painter.translate(at)
-        for number, code in enumerate(segment.code_blocks):
+        # A piece at whole pixels, as in its image: painted directly (too tall to keep) it looks the same.
+        painter.translate(QPointF(at.x(), round(at.y())) if segment.lazy else at)
+        ratio = self.viewport().devicePixelRatioF()
+        size = QSize(math.ceil(segment.width * ratio), math.ceil(segment.height * ratio))
+        if not segment.lazy or not self._piece_images.admits(size):
+            self._paint_blocks(painter, segment, top, bottom)
+            self._paint_copy_buttons(painter, row, segment, top, bottom)
+            painter.restore()
+            return
+        key = (segment.width, segment.height, fill.rgba(), self._theme, ratio)
+        image = self._piece_images.get(segment, key)
+        if image is None:
+            image = QPixmap(size)
+            image.setDevicePixelRatio(ratio)
+            image.fill(fill)
+            image_painter = QPainter(image)
+            image_painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+            self._paint_blocks(image_painter, segment, 0.0, segment.height)
+            image_painter.end()
+            self._piece_images.put(segment, key, image)
+        painter.drawPixmap(QPointF(0, 0), image)
+        # The Copy button changes as it is hovered and clicked: painted on top, every time.
+        self._paint_copy_buttons(painter, row, segment, top, bottom)
+        painter.restore()
+
+    def _paint_blocks(self, painter: QPainter, segment: Segment, top: float, bottom: float) -> None:
+        """The segment's document on the background of its code blocks, in segment coordinates."""
+        theme = self._theme
+        for code in segment.code_blocks:
             rect = segment.code_rect(code)
             if rect.bottom() < top or rect.top() > bottom:
                 continue
@@ -1792,12 +1876,35 @@ class Transcript(QAbstractScrollArea):
             painter.drawText(
                 strip.adjusted(10, 0, -10, 0), int(Qt.AlignmentFlag.AlignVCenter), code.language or ""
             )
-            button = self._copy_button(rect)
+        context = QAbstractTextDocumentLayout.PaintContext()
+        context.clip = QRectF(0, top, segment.width, bottom - top)
+        palette = QPalette(self.palette())
+        palette.setColor(QPalette.ColorRole.Text, QColor(theme.text))
+        context.palette = palette
+        painter.save()
+        painter.setPen(QColor(theme.text))
+        # Text is antialiased on its own; antialiased table borders made a viewport of table 3× slower.
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+        segment.document.documentLayout().draw(painter, context)
+        painter.restore()
+
+    def _paint_copy_buttons(
+        self, painter: QPainter, row: MessageRow, segment: Segment, top: float, bottom: float
+    ) -> None:
+        theme = self._theme
+        for number, code in enumerate(segment.code_blocks):
+            if code.continued:
+                continue
+            button = self._copy_button(segment.code_rect(code))
+            if button.bottom() < top or button.top() > bottom:
+                continue
             key = f"{id(segment)}:{number}"
             hovered = self._hover is not None and self._hover.kind == "code" and self._hover.key == key
             if hovered:
+                painter.setPen(Qt.PenStyle.NoPen)
                 painter.setBrush(QColor(theme.list_hover))
                 painter.drawRoundedRect(button, 4, 4)
+            painter.setFont(self._fonts.small)
             painter.setPen(QColor(theme.text if hovered else theme.muted))
             label = (
                 QCoreApplication.translate("Transcript", "Copied")
@@ -1805,16 +1912,6 @@ class Transcript(QAbstractScrollArea):
                 else QCoreApplication.translate("Transcript", "Copy")
             )
             painter.drawText(button, int(Qt.AlignmentFlag.AlignCenter), label)
-        context = QAbstractTextDocumentLayout.PaintContext()
-        context.clip = QRectF(0, top, segment.width, bottom - top)
-        palette = QPalette(self.palette())
-        palette.setColor(QPalette.ColorRole.Text, QColor(theme.text))
-        context.palette = palette
-        painter.setPen(QColor(theme.text))
-        # Text is antialiased on its own; antialiased table borders made a viewport of table 3× slower.
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
-        segment.document.documentLayout().draw(painter, context)
-        painter.restore()
 
     def _copy_button(self, code_rect: QRectF) -> QRectF:
         width = (
