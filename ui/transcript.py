@@ -31,7 +31,7 @@ import math
 import time
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from PySide6.QtCore import (
@@ -245,10 +245,11 @@ class _Hit:
 
 
 class _Budget:
-    """Laying out blocks until a deadline: one more is started only when one like the last few still fits
-    before it (the first one whenever there is time at all, so every call gets somewhere)."""
+    """Laying out blocks until a deadline, a step at a time: one more step is started only when one like
+    the last few still fits before it (the first whenever there is time at all, so every call gets
+    somewhere). Making a piece's document and laying it out are a step each."""
 
-    # Seconds one block has taken to lay out lately (the same for every row: the same kinds of blocks).
+    # Seconds a step has taken lately (the same for every row: the same kinds of blocks).
     cost = 0.0
 
     def __init__(self, deadline: float) -> None:
@@ -259,9 +260,19 @@ class _Budget:
         now = time.perf_counter()
         return now < self.deadline and (not self.used or now + _Budget.cost <= self.deadline)
 
-    def layout(self, segment: Segment, width: float) -> None:
+    def layout(self, segment: Segment, width: float) -> bool:
+        """Lay out `segment` at `width`, making its document first if needed; False if the time ran out
+        in between (it is laid out next time)."""
+        if segment.lazy and not segment.rendered:
+            self._step(lambda: segment.document)
+            if not self.allows():
+                return False
+        self._step(lambda: segment.layout(width))
+        return True
+
+    def _step(self, work: Callable[[], object]) -> None:
         started = time.perf_counter()
-        segment.layout(width)
+        work()
         _Budget.cost = 0.7 * _Budget.cost + 0.3 * (time.perf_counter() - started)
         self.used = True
 
@@ -736,15 +747,13 @@ class MessageRow:
                 if tops[index] >= window[1]:
                     break
                 if segments[index].width != content and budget.allows():
-                    budget.layout(segments[index], content)
-                    laid_out = True
+                    laid_out |= budget.layout(segments[index], content)
         exact = True
         for segment in segments[first:]:
             if segment.width == content:
                 continue
             # A block of its own is laid out at once, as it was rendered; only pieces wait their turn.
-            if not segment.lazy or budget.allows():
-                budget.layout(segment, content)
+            if (not segment.lazy or budget.allows()) and budget.layout(segment, content):
                 laid_out = True
             else:
                 exact = False
