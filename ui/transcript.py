@@ -1316,7 +1316,8 @@ class Transcript(QAbstractScrollArea):
                 continue
             old = row.height
             if row.geometry is not None and row.geometry.width == self._width:
-                row.relayout_growth(self._fonts, self._turn_budget(), self._window(index))
+                # Pieces in what is left of this flush's budget (the rest wait for a later turn).
+                row.relayout_growth(self._fonts, min(deadline, self._turn_budget()), self._window(index))
                 if not row.exact:
                     self._schedule_idle()
             else:
