@@ -1309,7 +1309,10 @@ class Transcript(QAbstractScrollArea):
             if index is None:
                 continue
             row = self._rows[index]
-            changed = row.apply_pending(self._style, deadline)
+            # A reply shown in slices (not one being written) shares the turn's budget with the pieces
+            # laid out in it: what it renders are mostly pieces, and they are cheap to make, not to show.
+            until = deadline if row.streaming else min(deadline, self._turn_budget())
+            changed = row.apply_pending(self._style, until)
             if row.draining:
                 behind.add(message_id)
             if not changed:
@@ -1317,7 +1320,7 @@ class Transcript(QAbstractScrollArea):
             old = row.height
             if row.geometry is not None and row.geometry.width == self._width:
                 # Pieces in what is left of this flush's budget (the rest wait for a later turn).
-                row.relayout_growth(self._fonts, min(deadline, self._turn_budget()), self._window(index))
+                row.relayout_growth(self._fonts, min(until, self._turn_budget()), self._window(index))
                 if not row.exact:
                     self._schedule_idle()
             else:
