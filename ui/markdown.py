@@ -206,7 +206,8 @@ def split_markdown(text: str) -> list[str]:
 # one document, their columns sized by Qt.
 TABLE_PIECE_CELLS = 36
 TABLE_SPLIT_CELLS = 120
-# Cells per column measured for its width: the longest ones in characters.
+# Rows looked at for the columns' widths, and cells per column measured: the longest in characters.
+TABLE_WIDTH_SAMPLE = 250
 TABLE_WIDTH_CANDIDATES = 32
 # Lines and characters per piece of a split code block; a block up to twice that stays one document.
 CODE_PIECE_LINES = 120
@@ -305,8 +306,10 @@ def _table_pieces(block: str) -> Iterator[Piece] | None:
 def _cut_table(lines: list[str], columns: int) -> Iterator[Piece]:
     rows = lines[2:]
     # Each column's longest cells in characters, from a plain split (an escaped pipe only misleads this
-    # guess); they lose their markup and are measured on screen (`TableShape.widths`).
-    cells = [row.strip().strip("|").split("|")[:columns] for row in lines[:1] + rows]
+    # guess) of rows spread over the table; they lose their markup and are measured on screen
+    # (`TableShape.widths`). A cell wider than any of them wraps.
+    sample = rows[:: max(1, len(rows) // TABLE_WIDTH_SAMPLE)]
+    cells = [row.strip().strip("|").split("|")[:columns] for row in lines[:1] + sample]
     longest = [0] * columns
     for row in cells:
         for index, length in enumerate(map(len, row)):
@@ -536,6 +539,10 @@ class Segment:
     def lazy(self) -> bool:
         """A piece of a split block, its document made when first needed."""
         return self._lazy
+
+    @property
+    def rendered(self) -> bool:
+        return self._document is not None
 
     def layout(self, width: float) -> float:
         if width != self.width:

@@ -29,8 +29,9 @@ import bisect
 import html
 import math
 import time
-from collections import deque
-from collections.abc import Iterator, Sequence
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from PySide6.QtCore import (
@@ -62,6 +63,7 @@ from PySide6.QtGui import (
     QPaintEvent,
     QPalette,
     QPen,
+    QPixmap,
     QResizeEvent,
 )
 from PySide6.QtWidgets import QAbstractScrollArea, QMenu, QToolTip, QWidget
@@ -95,6 +97,8 @@ RENDER_BUDGET_S = 0.008
 # Laying out pieces of split blocks per event-loop turn, all callers together: less than the render
 # budget, to leave room for the paint that shows them.
 PIECE_BUDGET_S = 0.005
+# Memory for images of pieces as painted (a few screens of them).
+PIECE_IMAGES_BYTES = 48 * 1024 * 1024
 # Rows keeping their rendered documents; the rest keep only their height.
 MAX_RENDERED_ROWS = 300
 # After a resize, pieces of split blocks wait this long to be laid out again, and so does the idle pass
@@ -241,10 +245,11 @@ class _Hit:
 
 
 class _Budget:
-    """Laying out blocks until a deadline: one more is started only when one like the last few still fits
-    before it (the first one whenever there is time at all, so every call gets somewhere)."""
+    """Laying out blocks until a deadline, a step at a time: one more step is started only when one like
+    the last few still fits before it (the first whenever there is time at all, so every call gets
+    somewhere). Making a piece's document and laying it out are a step each."""
 
-    # Seconds one block has taken to lay out lately (the same for every row: the same kinds of blocks).
+    # Seconds a step has taken lately (the same for every row: the same kinds of blocks).
     cost = 0.0
 
     def __init__(self, deadline: float) -> None:
@@ -255,11 +260,63 @@ class _Budget:
         now = time.perf_counter()
         return now < self.deadline and (not self.used or now + _Budget.cost <= self.deadline)
 
-    def layout(self, segment: Segment, width: float) -> None:
+    def layout(self, segment: Segment, width: float) -> bool:
+        """Lay out `segment` at `width`, making its document first if needed; False if the time ran out
+        in between (it is laid out next time)."""
+        if segment.lazy and not segment.rendered:
+            self._step(lambda: segment.document)
+            if not self.allows():
+                return False
+        self._step(lambda: segment.layout(width))
+        return True
+
+    def _step(self, work: Callable[[], object]) -> None:
         started = time.perf_counter()
-        segment.layout(width)
+        work()
         _Budget.cost = 0.7 * _Budget.cost + 0.3 * (time.perf_counter() - started)
         self.used = True
+
+
+class _PieceImages:
+    """Pieces of split blocks as painted, to copy onto the screen again: painting a viewport full of table
+    cell by cell costs several milliseconds a paint, copying it a fraction of one (a resize shows pieces
+    as they were until they are laid out again; scrolling repaints everything in view)."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self._limit = limit_bytes
+        self._bytes = 0
+        # id(segment) → (the segment, weakly; what it was painted as; the image), least recently used first.
+        self._images: OrderedDict[int, tuple[weakref.ref[Segment], tuple[object, ...], QPixmap]] = (
+            OrderedDict()
+        )
+
+    def get(self, segment: Segment, key: tuple[object, ...]) -> QPixmap | None:
+        found = self._images.get(id(segment))
+        if found is None or found[0]() is not segment or found[1] != key:
+            return None
+        self._images.move_to_end(id(segment))
+        return found[2]
+
+    def admits(self, size: QSize) -> bool:
+        """Whether an image this size is kept (a piece taller than a few screens is painted directly)."""
+        return size.width() * size.height() * 4 <= self._limit // 8
+
+    def put(self, segment: Segment, key: tuple[object, ...], image: QPixmap) -> None:
+        size = image.width() * image.height() * 4
+        self._drop(id(segment))
+        self._images[id(segment)] = (weakref.ref(segment), key, image)
+        self._bytes += size
+        while self._bytes > self._limit:
+            self._drop(next(iter(self._images)))
+
+    def clear(self) -> None:
+        self._images.clear()
+        self._bytes = 0
+
+    def _drop(self, key: int) -> None:
+        found = self._images.pop(key, None)
+        if found is not None:
+            self._bytes -= found[2].width() * found[2].height() * 4
 
 
 @dataclass(frozen=True)
@@ -690,15 +747,13 @@ class MessageRow:
                 if tops[index] >= window[1]:
                     break
                 if segments[index].width != content and budget.allows():
-                    budget.layout(segments[index], content)
-                    laid_out = True
+                    laid_out |= budget.layout(segments[index], content)
         exact = True
         for segment in segments[first:]:
             if segment.width == content:
                 continue
             # A block of its own is laid out at once, as it was rendered; only pieces wait their turn.
-            if not segment.lazy or budget.allows():
-                budget.layout(segment, content)
+            if (not segment.lazy or budget.allows()) and budget.layout(segment, content):
                 laid_out = True
             else:
                 exact = False
@@ -936,6 +991,7 @@ class Transcript(QAbstractScrollArea):
         self._idle_timer.timeout.connect(self._idle_measure)
         self._turn_deadline: float | None = None
         self._resized_until = 0.0
+        self._piece_images = _PieceImages(PIECE_IMAGES_BYTES)
         # Fires once the events of the turn that started a budget are done: the next turn gets a new one.
         self._turn_timer = QTimer(self)
         self._turn_timer.setSingleShot(True)
@@ -1253,14 +1309,18 @@ class Transcript(QAbstractScrollArea):
             if index is None:
                 continue
             row = self._rows[index]
-            changed = row.apply_pending(self._style, deadline)
+            # A reply shown in slices (not one being written) shares the turn's budget with the pieces
+            # laid out in it: what it renders are mostly pieces, and they are cheap to make, not to show.
+            until = deadline if row.streaming else min(deadline, self._turn_budget())
+            changed = row.apply_pending(self._style, until)
             if row.draining:
                 behind.add(message_id)
             if not changed:
                 continue
             old = row.height
             if row.geometry is not None and row.geometry.width == self._width:
-                row.relayout_growth(self._fonts, self._turn_budget(), self._window(index))
+                # Pieces in what is left of this flush's budget (the rest wait for a later turn).
+                row.relayout_growth(self._fonts, min(until, self._turn_budget()), self._window(index))
                 if not row.exact:
                     self._schedule_idle()
             else:
@@ -1711,7 +1771,9 @@ class Transcript(QAbstractScrollArea):
                     painter.setClipRect(
                         QRectF(ROW_PAD, y, content, segment.height), Qt.ClipOperation.IntersectClip
                     )
-                self._paint_segment(painter, row, segment, QPointF(ROW_PAD, y), top - y, bottom - y)
+                self._paint_segment(
+                    painter, row, segment, QPointF(ROW_PAD, y), top - y, bottom - y, QColor(fill)
+                )
                 if segment.width != content:
                     painter.restore()
 
@@ -1765,12 +1827,47 @@ class Transcript(QAbstractScrollArea):
         painter.restore()
 
     def _paint_segment(
-        self, painter: QPainter, row: MessageRow, segment: Segment, at: QPointF, top: float, bottom: float
+        self,
+        painter: QPainter,
+        row: MessageRow,
+        segment: Segment,
+        at: QPointF,
+        top: float,
+        bottom: float,
+        fill: QColor,
     ) -> None:
-        theme = self._theme
+        """A block, `top`..`bottom` of it in view; a piece of a split block from its image (see
+        `_PieceImages`), painted on the bubble's `fill` once per layout."""
         painter.save()
-        painter.translate(at)
-        for number, code in enumerate(segment.code_blocks):
+        # A piece at whole pixels, as in its image: painted directly (too tall to keep) it looks the same.
+        painter.translate(QPointF(at.x(), round(at.y())) if segment.lazy else at)
+        ratio = self.viewport().devicePixelRatioF()
+        size = QSize(math.ceil(segment.width * ratio), math.ceil(segment.height * ratio))
+        if not segment.lazy or not self._piece_images.admits(size):
+            self._paint_blocks(painter, segment, top, bottom)
+            self._paint_copy_buttons(painter, row, segment, top, bottom)
+            painter.restore()
+            return
+        key = (segment.width, segment.height, fill.rgba(), self._theme, ratio)
+        image = self._piece_images.get(segment, key)
+        if image is None:
+            image = QPixmap(size)
+            image.setDevicePixelRatio(ratio)
+            image.fill(fill)
+            image_painter = QPainter(image)
+            image_painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+            self._paint_blocks(image_painter, segment, 0.0, segment.height)
+            image_painter.end()
+            self._piece_images.put(segment, key, image)
+        painter.drawPixmap(QPointF(0, 0), image)
+        # The Copy button changes as it is hovered and clicked: painted on top, every time.
+        self._paint_copy_buttons(painter, row, segment, top, bottom)
+        painter.restore()
+
+    def _paint_blocks(self, painter: QPainter, segment: Segment, top: float, bottom: float) -> None:
+        """The segment's document on the background of its code blocks, in segment coordinates."""
+        theme = self._theme
+        for code in segment.code_blocks:
             rect = segment.code_rect(code)
             if rect.bottom() < top or rect.top() > bottom:
                 continue
@@ -1792,12 +1889,35 @@ class Transcript(QAbstractScrollArea):
             painter.drawText(
                 strip.adjusted(10, 0, -10, 0), int(Qt.AlignmentFlag.AlignVCenter), code.language or ""
             )
-            button = self._copy_button(rect)
+        context = QAbstractTextDocumentLayout.PaintContext()
+        context.clip = QRectF(0, top, segment.width, bottom - top)
+        palette = QPalette(self.palette())
+        palette.setColor(QPalette.ColorRole.Text, QColor(theme.text))
+        context.palette = palette
+        painter.save()
+        painter.setPen(QColor(theme.text))
+        # Text is antialiased on its own; antialiased table borders made a viewport of table 3× slower.
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+        segment.document.documentLayout().draw(painter, context)
+        painter.restore()
+
+    def _paint_copy_buttons(
+        self, painter: QPainter, row: MessageRow, segment: Segment, top: float, bottom: float
+    ) -> None:
+        theme = self._theme
+        for number, code in enumerate(segment.code_blocks):
+            if code.continued:
+                continue
+            button = self._copy_button(segment.code_rect(code))
+            if button.bottom() < top or button.top() > bottom:
+                continue
             key = f"{id(segment)}:{number}"
             hovered = self._hover is not None and self._hover.kind == "code" and self._hover.key == key
             if hovered:
+                painter.setPen(Qt.PenStyle.NoPen)
                 painter.setBrush(QColor(theme.list_hover))
                 painter.drawRoundedRect(button, 4, 4)
+            painter.setFont(self._fonts.small)
             painter.setPen(QColor(theme.text if hovered else theme.muted))
             label = (
                 QCoreApplication.translate("Transcript", "Copied")
@@ -1805,16 +1925,6 @@ class Transcript(QAbstractScrollArea):
                 else QCoreApplication.translate("Transcript", "Copy")
             )
             painter.drawText(button, int(Qt.AlignmentFlag.AlignCenter), label)
-        context = QAbstractTextDocumentLayout.PaintContext()
-        context.clip = QRectF(0, top, segment.width, bottom - top)
-        palette = QPalette(self.palette())
-        palette.setColor(QPalette.ColorRole.Text, QColor(theme.text))
-        context.palette = palette
-        painter.setPen(QColor(theme.text))
-        # Text is antialiased on its own; antialiased table borders made a viewport of table 3× slower.
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
-        segment.document.documentLayout().draw(painter, context)
-        painter.restore()
 
     def _copy_button(self, code_rect: QRectF) -> QRectF:
         width = (
