@@ -9,7 +9,7 @@ from app.conversations.store import ConversationStore
 from app.errors import DamagedDatabase
 from app.library.installed import ModelLibrary
 from app.paths import HearthPaths
-from app.settings import Settings, load_settings
+from app.settings import Settings, SettingsStore, load_settings
 from app.storage.db import Database
 
 log = logging.getLogger("hearth.core")
@@ -18,18 +18,23 @@ log = logging.getLogger("hearth.core")
 @dataclass
 class Core:
     paths: HearthPaths
-    settings: Settings
+    # The one holder of the settings: the engine and the services read them from here.
+    settings_store: SettingsStore
     db: Database
     store: ConversationStore
     library: ModelLibrary
     # Why the database is open read-only (it failed its check at start-up), or None.
     damaged: str | None = None
 
+    @property
+    def settings(self) -> Settings:
+        return self.settings_store.current
+
     @classmethod
     def open(cls, paths: HearthPaths, *, allow_damaged: bool = False) -> Core:
         """With `allow_damaged`, a database that fails its check opens read-only instead of raising."""
         paths.ensure()
-        settings = load_settings(paths.settings_path)
+        settings = SettingsStore(load_settings(paths.settings_path))
         try:
             db = Database.open(paths.db_path, paths.backups_dir)
         except DamagedDatabase as exc:

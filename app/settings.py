@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from app.errors import HearthError
+from app.events import Event
 from app.fsutil import fsync_directory
 
 log = logging.getLogger("hearth.settings")
@@ -251,6 +252,26 @@ def save_settings(path: Path, settings: Settings) -> None:
             f"Refusing to write secret-looking keys {secret_keys} to {path.name}; secrets go in the keyring"
         )
     write_text_atomically(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+class SettingsStore:
+    """The settings of a running Hearth, held once: the engine, the services and the window read them here,
+    and every change goes through `update`, which tells `changed` (saving is one of its listeners)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._current = settings
+        self.changed: Event[Settings] = Event()
+
+    @property
+    def current(self) -> Settings:
+        # A frozen value swapped whole: a worker thread reading it mid-update sees the old or the new one.
+        return self._current
+
+    def update(self, **changes: Any) -> Settings:
+        """Apply at once (the next turn uses them) and tell the listeners."""
+        self._current = dataclasses.replace(self._current, **changes)
+        self.changed.emit(self._current)
+        return self._current
 
 
 def write_text_atomically(path: Path, text: str) -> None:

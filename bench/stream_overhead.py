@@ -130,12 +130,14 @@ def app_path(model: Path, n_tokens: int, n_ctx: int, threads: int) -> Run:
     from app.core import Core
     from app.paths import HearthPaths
     from app.qt.chat_service import ChatService
-    from app.settings import Settings
+    from app.settings import Settings, SettingsStore
 
     app = QCoreApplication.instance() or QCoreApplication([])
     with tempfile.TemporaryDirectory() as home:
         core = Core.open(HearthPaths(Path(home)))
-        settings = replace(Settings(), context_length=n_ctx, n_threads=threads, temperature=0.0)
+        settings = SettingsStore(
+            replace(Settings(), context_length=n_ctx, n_threads=threads, temperature=0.0)
+        )
         engine = ChatEngine(core.store, core.library, settings, runner_log=core.paths.runner_log_file)
         service = ChatService(engine)
         # The starter model is registered at start-up; any other model is imported.

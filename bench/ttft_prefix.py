@@ -35,7 +35,7 @@ from app.conversations.store import ConversationStore
 from app.core import Core
 from app.paths import HearthPaths
 from app.qt.chat_service import ChatService
-from app.settings import Settings
+from app.settings import Settings, SettingsStore
 from bench import results
 from inference.chat_template import render_chat
 from inference.estimator import KV_CACHE_TYPES
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as home:
         core = Core.open(HearthPaths(Path(home)))
-        settings = replace(Settings(), temperature=0.0)
+        settings = SettingsStore(replace(Settings(), temperature=0.0))
         engine = ChatEngine(core.store, core.library, settings, runner_log=core.paths.runner_log_file)
         service = ChatService(engine)
         same = [m for m in core.library.list_models() if m.path == model.resolve()]

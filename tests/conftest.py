@@ -23,6 +23,7 @@ from app.conversations.store import ConversationStore
 from app.core import Core
 from app.library.installed import ModelLibrary
 from app.paths import resolve_home
+from app.settings import SettingsStore
 from app.storage.db import Database
 
 if TYPE_CHECKING:
@@ -155,11 +156,10 @@ def make_engine(core: Core) -> Iterator[Callable[..., ChatEngine]]:
     engines: list[ChatEngine] = []
 
     def make(servers: Any = None, **changes: Any) -> ChatEngine:
-        settings = dataclasses.replace(core.settings, **changes)
         made = ChatEngine(
             core.store,
             core.library,
-            settings,
+            SettingsStore(dataclasses.replace(core.settings, **changes)),
             runner_log=core.paths.runner_log_file,
             cpu_kernels_file=core.paths.cpu_kernels_file,
             servers=servers,

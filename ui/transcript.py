@@ -32,7 +32,7 @@ import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from PySide6.QtCore import (
     QT_TRANSLATE_NOOP,
@@ -68,6 +68,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QAbstractScrollArea, QMenu, QToolTip, QWidget
 
+from app.chat.live_reply import LiveReply, ReplyChange
 from ui.markdown import (
     TABLE_BORDER,
     TABLE_CELL_PADDING,
@@ -213,9 +214,12 @@ class TranscriptEntry:
     sibling_count: int = 1
     context_note: str | None = None
     reasoning: str | None = None
-    # Finished: how long the model thought. Streaming: how long it has thought so far (the view's clock
-    # takes over from there).
+    # Finished: how long the model thought. Streaming: how long it has thought so far (the row's live
+    # reply keeps time from there).
     reasoning_seconds: float | None = None
+    # Streaming: the reply as it is being written, held by whoever writes it (the window's chat session);
+    # the row shows it. Without one the row makes its own from the fields above.
+    live: LiveReply | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -338,22 +342,23 @@ class MessageRow:
 
     def __init__(self, entry: TranscriptEntry, *, thinking_display: str = "collapsed") -> None:
         self.entry = entry
-        self._parts = [entry.content]
-        self._pending: list[str] = []
-        self._reasoning = [entry.reasoning] if entry.reasoning else []
-        self._reasoning_pending: list[str] = []
+        self._content = entry.content
+        self._reasoning = entry.reasoning or ""
+        # A streaming reply's text and thinking clock are read from its live reply; the row counts the
+        # pieces of it taken in so far, so each flush takes only the new ones.
+        self.live: LiveReply | None = None
+        self._answer_taken = 0
+        self._reasoning_taken = 0
+        if entry.status == "streaming":
+            self.live = entry.live or LiveReply(
+                entry.content, entry.reasoning or "", thought_seconds=entry.reasoning_seconds
+            )
+            self._answer_taken = len(self.live.answer_pieces)
+            self._reasoning_taken = len(self.live.reasoning_pieces)
         # The reasoning's document: only while the section is expanded and the row is rendered.
         self.thinking: Segment | None = None
         self.show_thinking = thinking_display != "hidden"
         self.expanded = thinking_display == "expanded"
-        # The view's clock for a reply thinking right now (monotonic seconds).
-        self.thinking_started: float | None = None
-        self.thinking_ended: float | None = None
-        self._first_text_at: float | None = None
-        if entry.status == "streaming" and entry.reasoning:
-            now = time.monotonic()
-            self.thinking_started = now - (entry.reasoning_seconds or 0.0)
-            self.thinking_ended = now if entry.content else None
         self.segments: list[Segment] | None = None
         self._splitter: BlockSplitter | None = None
         self._tail: Segment | None = None
@@ -395,32 +400,40 @@ class MessageRow:
 
     @property
     def text(self) -> str:
-        return "".join(self._parts) + "".join(self._pending)
+        return self.live.answer if self.live is not None else self._content
 
     @property
     def reasoning_text(self) -> str:
-        return "".join(self._reasoning) + "".join(self._reasoning_pending)
+        return self.live.reasoning if self.live is not None else self._reasoning
+
+    def _taken_answer(self) -> str:
+        if self.live is None:
+            return self._content
+        return "".join(self.live.answer_pieces[: self._answer_taken])
+
+    def _taken_reasoning(self) -> str:
+        if self.live is None:
+            return self._reasoning
+        return "".join(self.live.reasoning_pieces[: self._reasoning_taken])
 
     @property
     def has_thinking(self) -> bool:
         """A "Thinking" section is shown: there is reasoning, and the user has not hidden it."""
-        return self.show_thinking and bool(self._reasoning or self._reasoning_pending)
+        reasoning = self.live.reasoning_pieces if self.live is not None else self._reasoning
+        return self.show_thinking and bool(reasoning)
 
     @property
     def thinking_live(self) -> bool:
-        return self.streaming and self.thinking_started is not None and self.thinking_ended is None
+        return self.streaming and self.live is not None and self.live.thinking
 
     def thinking_label(self, now: float) -> str:
         arrow = "▾" if self.expanded else "▸"
+        elapsed = self.live.thought_seconds(now) if self.live is not None else self.entry.reasoning_seconds
         if self.thinking_live:
-            assert self.thinking_started is not None
-            seconds = f"{max(0.0, now - self.thinking_started):.1f}"
+            seconds = f"{elapsed or 0.0:.1f}"
             return f"{arrow} " + QCoreApplication.translate("Transcript", "Thinking… {seconds} s").format(
                 seconds=seconds
             )
-        elapsed = self.entry.reasoning_seconds
-        if elapsed is None and self.thinking_started is not None and self.thinking_ended is not None:
-            elapsed = self.thinking_ended - self.thinking_started
         if elapsed is None:
             return f"{arrow} " + QCoreApplication.translate("Transcript", "Thinking")
         seconds = f"{elapsed:.1f}" if elapsed < 10 else f"{elapsed:.0f}"
@@ -479,7 +492,7 @@ class MessageRow:
         """Create the documents: as many blocks as fit before `deadline`, the rest stay in the backlog."""
         if self.segments is not None:
             return
-        text = "".join(self._parts)
+        text = self._taken_answer()
         self.geometry = None
         self.segments = []
         if self.role == "user":
@@ -517,34 +530,12 @@ class MessageRow:
         self._tail = None
         self.thinking = None
 
-    def append(self, text: str) -> None:
-        now = time.monotonic()
-        if self._first_text_at is None:
-            self._first_text_at = now
-        if self.thinking_live:
-            # The answer has begun: the thinking is over.
-            self.thinking_ended = now
-        self._pending.append(text)
-
-    def append_reasoning(self, text: str) -> None:
-        now = time.monotonic()
-        if self._first_text_at is None:
-            self._first_text_at = now
-        if self.thinking_started is None:
-            self.thinking_started = now
-        self._reasoning_pending.append(text)
-
-    def answer_was_reasoning(self) -> None:
-        """The model closed a thinking block it never opened: the answer shown so far was its thinking and
-        moves into the Thinking section (collapsed unless the user expands it), and the answer starts over."""
-        moved = self.text
-        self._parts = []
-        self._pending = []
-        if moved:
-            self._reasoning = [moved, *self._reasoning]
+    def answer_moved(self) -> None:
+        """The model closed a thinking block it never opened: the live reply's answer so far moved into its
+        reasoning (shown collapsed unless the user expands it), and the answer shown starts over."""
+        self._answer_taken = 0
+        self._reasoning_taken = 0
         self.thinking = None
-        self.thinking_started = self._first_text_at if self._first_text_at is not None else time.monotonic()
-        self.thinking_ended = None
         if self._splitter is not None:
             self._splitter = BlockSplitter()
         if self.segments is not None:
@@ -572,8 +563,8 @@ class MessageRow:
         per-flush work stays proportional to the new text however long the model thinks."""
         if self.thinking is not None or not self.expanded or not self.has_thinking:
             return False
-        # Not the pending text: apply_pending appends it when it moves it.
-        self.thinking = render_plain("".join(self._reasoning), style)
+        # Only what was taken in: apply_pending appends the rest when it takes it.
+        self.thinking = render_plain(self._taken_reasoning(), style)
         return True
 
     def apply_pending(self, style: RenderStyle, deadline: float) -> bool:
@@ -582,17 +573,16 @@ class MessageRow:
         Rendering stops at `deadline`; what is left waits in the backlog for the next call.
         """
         changed = False
-        if self._reasoning_pending:
-            reasoning = "".join(self._reasoning_pending)
-            self._reasoning_pending.clear()
-            self._reasoning.append(reasoning)
+        live = self.live
+        if live is not None and self._reasoning_taken < len(live.reasoning_pieces):
+            reasoning = "".join(live.reasoning_pieces[self._reasoning_taken :])
+            self._reasoning_taken = len(live.reasoning_pieces)
             changed = True
             if self.thinking is not None:
                 append_plain(self.thinking, reasoning)
-        if self._pending:
-            text = "".join(self._pending)
-            self._pending.clear()
-            self._parts.append(text)
+        if live is not None and self._answer_taken < len(live.answer_pieces):
+            text = "".join(live.answer_pieces[self._answer_taken :])
+            self._answer_taken = len(live.answer_pieces)
             changed = True
             if self.segments is not None and self._splitter is not None:
                 settled = self._splitter.feed(text)
@@ -608,14 +598,16 @@ class MessageRow:
 
     def finish(self, style: RenderStyle, entry: TranscriptEntry, deadline: float) -> None:
         self.apply_pending(style, deadline)
-        if self.thinking_live:
-            # Cut off mid-thought (or the whole reply was thinking).
-            self.thinking_ended = time.monotonic()
         if self._splitter is not None and self.segments is not None:
             self._backlog.extend(self._splitter.finish())
         self._splitter = None
         self._tail = None
         self._tail_stale = False
+        if self.live is not None:
+            # Finished, the row holds the reply as any other: the text, and how long the model thought.
+            self._content, self._reasoning = self.live.answer, self.live.reasoning
+            entry = replace(entry, reasoning_seconds=self.live.thought_seconds(), live=None)
+            self.live = None
         self.entry = replace(entry, content=self.text, reasoning=self.reasoning_text or None)
         if self.segments is not None:
             self._drain(style, deadline)
@@ -980,6 +972,8 @@ class Transcript(QAbstractScrollArea):
         self._idle_next = 0
         self._idling = False
         self._thinking_display = "collapsed"
+        # Per streaming row: what stops it hearing from its live reply.
+        self._live_links: dict[int, Callable[[], None]] = {}
 
         self._flush_timer = QTimer(self)
         self._flush_timer.setSingleShot(True)
@@ -1087,7 +1081,19 @@ class Transcript(QAbstractScrollArea):
         ]
 
     def _new_row(self, entry: TranscriptEntry) -> MessageRow:
-        return MessageRow(entry, thinking_display=self._thinking_display)
+        row = MessageRow(entry, thinking_display=self._thinking_display)
+        if row.live is not None:
+            message_id = row.message_id
+            self._unlink(message_id)
+            self._live_links[message_id] = row.live.changed.connect(
+                lambda change: self._live_changed(message_id, change)
+            )
+        return row
+
+    def _unlink(self, message_id: int) -> None:
+        disconnect = self._live_links.pop(message_id, None)
+        if disconnect is not None:
+            disconnect()
 
     @property
     def thinking_display(self) -> str:
@@ -1108,6 +1114,8 @@ class Transcript(QAbstractScrollArea):
         self._flush_timer.stop()
         self._idle_timer.stop()
         self._dirty.clear()
+        for message_id in list(self._live_links):
+            self._unlink(message_id)
         self._rows = []
         self._index = {}
         self._hover = self._pressed = None
@@ -1124,10 +1132,10 @@ class Transcript(QAbstractScrollArea):
         self.scroll_to_bottom()
 
     def add_entry(self, entry: TranscriptEntry) -> MessageRow:
-        row = self._new_row(entry)
-        row.height = row.estimate(self._width, self._fonts)
         if entry.message_id in self._index:
             self.remove_from(entry.message_id)
+        row = self._new_row(entry)
+        row.height = row.estimate(self._width, self._fonts)
         self._rows.append(row)
         self._index[entry.message_id] = len(self._rows) - 1
         if row.streaming:
@@ -1142,6 +1150,7 @@ class Transcript(QAbstractScrollArea):
             return
         for row in self._rows[index:]:
             self._dirty.discard(row.message_id)
+            self._unlink(row.message_id)
         del self._rows[index:]
         self._reindex()
         self._relayout_all()
@@ -1217,43 +1226,42 @@ class Transcript(QAbstractScrollArea):
     # -- streaming ----------------------------------------------------------------------------------
 
     def append_delta(self, message_id: int, text: str) -> None:
-        """Queue text for a streaming row; rendering waits for the next flush tick."""
+        """Add text to a streaming row's live reply; rendering waits for the next flush tick."""
         row = self.row(message_id)
-        if row is None:
-            return
-        row.append(text)
-        self._dirty.add(message_id)
-        if not self._flush_timer.isActive():
-            self._flush_timer.start(FLUSH_INTERVAL_MS)
+        if row is not None and row.live is not None:
+            row.live.append_answer(text)
 
     def append_reasoning(self, message_id: int, text: str) -> None:
-        """Queue reasoning for a streaming row, like append_delta; the Thinking label's clock starts."""
+        """Add reasoning to a streaming row's live reply, like append_delta; the Thinking clock starts."""
         row = self.row(message_id)
-        if row is None:
-            return
-        row.append_reasoning(text)
-        self._dirty.add(message_id)
-        if not self._flush_timer.isActive():
-            self._flush_timer.start(FLUSH_INTERVAL_MS)
-        if row.thinking_live and not self._thinking_timer.isActive():
-            self._thinking_timer.start()
+        if row is not None and row.live is not None:
+            row.live.append_reasoning(text)
 
     def answer_was_reasoning(self, message_id: int) -> None:
         """The reply's answer so far was its thinking: it moves into the Thinking section."""
+        row = self.row(message_id)
+        if row is not None and row.live is not None:
+            row.live.answer_was_reasoning()
+
+    def _live_changed(self, message_id: int, change: ReplyChange) -> None:
+        """A streaming row's live reply grew (or its answer moved into the reasoning): show it at the next
+        flush tick."""
         index = self._index.get(message_id)
         if index is None:
             return
         row = self._rows[index]
-        old = row.height
-        row.answer_was_reasoning()
-        row.height = row.estimate(self._width, self._fonts)
-        self._height_changed(index, row.height - old, at_end=True)
+        if change is ReplyChange.MOVED:
+            old = row.height
+            row.answer_moved()
+            row.height = row.estimate(self._width, self._fonts)
+            self._height_changed(index, row.height - old, at_end=True)
         self._dirty.add(message_id)
         if not self._flush_timer.isActive():
             self._flush_timer.start(FLUSH_INTERVAL_MS)
-        if not self._thinking_timer.isActive():
+        if change is not ReplyChange.ANSWER and row.thinking_live and not self._thinking_timer.isActive():
             self._thinking_timer.start()
-        self._after_growth()
+        if change is ReplyChange.MOVED:
+            self._after_growth()
 
     def toggle_thinking(self, message_id: int) -> None:
         """Expand or collapse a reply's Thinking section, keeping its label where the user clicked it."""
@@ -1362,6 +1370,10 @@ class Transcript(QAbstractScrollArea):
             return
         row = self._rows[index]
         self._dirty.discard(message_id)
+        self._unlink(message_id)
+        if row.live is not None:
+            # Usually stopped already by whoever writes the reply; one the transcript made is stopped here.
+            row.live.finish()
         old = row.height
         entry = replace(row.entry, status=status, stats=stats, error=error, context_note=context_note)
         row.finish(self._style, entry, self._deadline())

@@ -25,7 +25,7 @@ from app.errors import (
 from app.library.installed import InstalledModel, ModelLibrary
 from app.remote.openai_client import StreamCancel, request_sampling
 from app.remote.registry import Server, ServerRegistry
-from app.settings import Settings
+from app.settings import Settings, SettingsStore
 from inference.client import RunnerClient, RunnerError
 from inference.ggml_backends import CpuKernelMemory
 from inference.gguf import GGUFError, GGUFHeader, read_header
@@ -180,7 +180,7 @@ class ChatEngine:
         self,
         store: ConversationStore,
         library: ModelLibrary,
-        settings: Settings,
+        settings: SettingsStore,
         *,
         runner_log: Path | None = None,
         cpu_kernels_file: Path | None = None,
@@ -189,7 +189,8 @@ class ChatEngine:
     ) -> None:
         self.store = store
         self.library = library
-        self.settings = settings
+        # Read at each use, never copied: a change in the window applies to the next turn.
+        self.settings_store = settings
         self.hardware = hardware or probe_hardware()
         # Models named SERVER/MODEL are answered by that OpenAI-compatible server, not the runner.
         self.servers = servers
@@ -205,6 +206,10 @@ class ChatEngine:
         self._remote_server: Server | None = None  # the server the last remote turn went to, for status()
         # Final writes of replies that failed (a full disk): written before the next turn, and at close.
         self._unsaved: dict[int, Callable[[], object]] = {}
+
+    @property
+    def settings(self) -> Settings:
+        return self.settings_store.current
 
     @property
     def client(self) -> RunnerClient:

@@ -188,6 +188,46 @@ class ReasoningParser:
         return Split(reasoning_text, answer_text, moved)
 
 
+class ThinkingClock:
+    """How long a reply thought: from its first reasoning (or, when what came first turns out afterwards to
+    have been reasoning, from its first text) until the thinking ended, or until now while it goes on.
+
+    The caller says what time it is (monotonic seconds): the engine's reply and the window's live reply keep
+    time the same way, and tests need no real clock."""
+
+    def __init__(self) -> None:
+        self.first_text_at: float | None = None
+        self.since: float | None = None
+        self.until: float | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.since is not None and self.until is None
+
+    def text(self, now: float) -> None:
+        if self.first_text_at is None:
+            self.first_text_at = now
+
+    def thinking(self, now: float) -> None:
+        self.text(now)
+        if self.since is None:
+            self.since = now
+
+    def stop(self, now: float) -> None:
+        if self.running:
+            self.until = now
+
+    def was_thinking(self, now: float) -> None:
+        """Everything so far was reasoning: the clock runs from the first text, and goes on."""
+        self.since = self.first_text_at if self.first_text_at is not None else now
+        self.until = None
+
+    def seconds(self, now: float) -> float | None:
+        if self.since is None:
+            return None
+        return max(0.0, (self.until if self.until is not None else now) - self.since)
+
+
 class ReplyText:
     """A streaming reply as its answer and its reasoning, and how long the thinking took.
 
@@ -206,17 +246,14 @@ class ReplyText:
         self._clock = clock
         self._answer: list[str] = []
         self._reasoning: list[str] = []
-        self._first_text_at: float | None = None
-        self._thinking_since: float | None = None
-        self._thinking_until: float | None = None
+        self._thinking = ThinkingClock()
 
     def feed(self, text: str) -> Split:
         return self._apply(self.parser.feed(text))
 
     def finish(self) -> Split:
         split = self._apply(self.parser.finish())
-        if self._thinking_since is not None and self._thinking_until is None:
-            self._thinking_until = self._clock()
+        self._thinking.stop(self._clock())
         return split
 
     @property
@@ -230,25 +267,23 @@ class ReplyText:
 
     @property
     def reasoning_seconds(self) -> float | None:
-        if self._thinking_since is None or not self._reasoning:
+        if not self._reasoning:
             return None
-        until = self._thinking_until if self._thinking_until is not None else self._clock()
-        return max(0.0, until - self._thinking_since)
+        return self._thinking.seconds(self._clock())
 
     def _apply(self, split: Split) -> Split:
         now = self._clock()
-        if (split.answer or split.reasoning) and self._first_text_at is None:
-            self._first_text_at = now
+        if split.answer or split.reasoning:
+            self._thinking.text(now)
         if split.answer_was_reasoning:
             self._reasoning = self._answer + self._reasoning
             self._answer = []
-            self._thinking_since = self._first_text_at
+            self._thinking.was_thinking(now)
         if split.reasoning:
             self._reasoning.append(split.reasoning)
-            if self._thinking_since is None:
-                self._thinking_since = now
-        if self._thinking_since is not None and self._thinking_until is None and not self.parser.in_reasoning:
-            self._thinking_until = now
+            self._thinking.thinking(now)
+        if not self.parser.in_reasoning:
+            self._thinking.stop(now)
         if split.answer:
             self._answer.append(split.answer)
         return split

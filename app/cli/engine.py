@@ -16,7 +16,7 @@ def chat_engine(core: Core, servers: ServerRegistry | None = None) -> ChatEngine
     return ChatEngine(
         core.store,
         core.library,
-        core.settings,
+        core.settings_store,
         runner_log=core.paths.runner_log_file,
         cpu_kernels_file=core.paths.cpu_kernels_file,
         servers=servers,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,6 @@ from inference.hardware import HardwareReport, probe_hardware
 @dataclass
 class AppServices:
     paths: HearthPaths
-    settings: Settings
     store: ConversationStore
     library: ModelLibrary
     chat: ChatService
@@ -54,7 +52,7 @@ class AppServices:
         engine = ChatEngine(
             core.store,
             core.library,
-            core.settings,
+            core.settings_store,
             runner_log=paths.runner_log_file,
             cpu_kernels_file=paths.cpu_kernels_file,
             hardware=hardware,
@@ -66,13 +64,19 @@ class AppServices:
         local_server = LocalServerService(engine, core.settings.local_server_port)
         if core.settings.local_server_enabled:
             local_server.start(core.settings.local_server_port)
+        background = Background("background")
+        # Saved off the GUI thread after every change, in the order they were made (one worker).
+        core.settings_store.changed.connect(
+            lambda settings: background.call(
+                lambda: save_settings(paths.settings_path, settings), operation="saving the settings"
+            )
+        )
         return cls(
             paths=paths,
-            settings=core.settings,
             store=core.store,
             library=core.library,
             chat=chat,
-            background=Background("background"),
+            background=background,
             hardware=hardware,
             core=core,
             gpu_monitor=monitor,
@@ -83,13 +87,13 @@ class AppServices:
             local_server=local_server,
         )
 
+    @property
+    def settings(self) -> Settings:
+        return self.core.settings
+
     def update_settings(self, **changes: object) -> None:
         """Apply at once (the next turn uses them) and save off the GUI thread."""
-        settings = dataclasses.replace(self.settings, **changes)  # type: ignore[arg-type]
-        self.settings = self.core.settings = self.chat.engine.settings = settings
-        self.background.call(
-            lambda: save_settings(self.paths.settings_path, settings), operation="saving the settings"
-        )
+        self.core.settings_store.update(**changes)
 
     def export_conversation(self, conversation_id: int, path: Path, fmt: str) -> Path:
         """Blocking (run it through `background`): write one conversation as Markdown ("md") or JSON."""

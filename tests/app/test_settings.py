@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from app.chat.engine import ChatEngine
+from app.core import Core
 from app.paths import HearthPaths
-from app.settings import _VALIDATORS, SCHEMA_VERSION, Settings, load_settings, save_settings
+from app.settings import _VALIDATORS, SCHEMA_VERSION, Settings, SettingsStore, load_settings, save_settings
 
 
 @pytest.fixture
@@ -253,3 +255,26 @@ def test_save_creates_the_home_directory(tmp_path: Path) -> None:
     save_settings(path, Settings(context_length=2048))
 
     assert load_settings(path).context_length == 2048
+
+
+def test_the_settings_store_swaps_the_value_whole_and_says_so() -> None:
+    store = SettingsStore(Settings())
+    before = store.current
+    seen: list[Settings] = []
+    store.changed.connect(seen.append)
+
+    after = store.update(theme="dark", max_tokens=7)
+
+    assert store.current is after and seen == [after]
+    assert (after.theme, after.max_tokens) == ("dark", 7)
+    assert (before.theme, before.max_tokens) == ("system", 1024)
+
+
+def test_the_core_and_the_engine_read_the_one_store(core: Core) -> None:
+    engine = ChatEngine(core.store, core.library, core.settings_store, runner_log=core.paths.runner_log_file)
+    try:
+        core.settings_store.update(max_tokens=7, overflow_policy="refuse")
+        assert core.settings is engine.settings is core.settings_store.current
+        assert engine.default_sampling().max_tokens == 7
+    finally:
+        engine.close()

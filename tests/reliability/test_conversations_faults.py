@@ -4,7 +4,6 @@ half way, a damaged database, a full disk, deletes that must leave nothing behin
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import io
 import json
@@ -629,7 +628,7 @@ def core(tiny_home: Path, starter_model: Path) -> Iterator[Core]:
 
 def big_text(engine: ChatEngine) -> None:
     """Long replies, so the streaming text is written to the database several times while the disk is full."""
-    engine.settings = dataclasses.replace(engine.settings, max_tokens=150, temperature=0.0)
+    engine.settings_store.update(max_tokens=150, temperature=0.0)
 
 
 @pytest.mark.model
@@ -680,7 +679,7 @@ def test_disk_full_at_the_end_of_a_reply_is_saved_when_space_returns(
 
     disk.free()
     # The next turn writes the held-back reply first.
-    engine.settings = dataclasses.replace(engine.settings, max_tokens=4)
+    engine.settings_store.update(max_tokens=4)
     engine.run_turn("Thanks.", model, conversation_id=conversation.id)
     saved = engine.store.get_message(reply.id)
     missing = characters_missing(shown, saved.content)

@@ -343,7 +343,7 @@ def test_a_model_that_aborts_llama_cpp_kills_only_the_runner_and_is_not_autoload
     crasher = core.library.import_file(crasher_file, name=CRASHER)
     starter = next(m.name for m in core.library.list_models() if m.name != CRASHER)
     save_settings(paths.settings_path, dataclasses.replace(core.settings, default_model=CRASHER))
-    engine = ChatEngine(core.store, core.library, core.settings, runner_log=paths.runner_log_file)
+    engine = ChatEngine(core.store, core.library, core.settings_store, runner_log=paths.runner_log_file)
     try:
         with pytest.raises(HearthError) as failed:
             engine.ensure_loaded(CRASHER)
@@ -364,7 +364,7 @@ def test_a_model_that_aborts_llama_cpp_kills_only_the_runner_and_is_not_autoload
 
     # A real restart on the same home: the crasher is named, not loaded; both models are still installed.
     core = Core.open(paths)
-    engine = ChatEngine(core.store, core.library, core.settings, runner_log=paths.runner_log_file)
+    engine = ChatEngine(core.store, core.library, core.settings_store, runner_log=paths.runner_log_file)
     try:
         lost = models_lost(core.library, crasher, core.library.get(starter))
         assert lost == 0

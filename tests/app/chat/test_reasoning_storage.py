@@ -287,7 +287,9 @@ class ScriptedEngine(ChatEngine):
 def scripted(core: Core, monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedEngine]:
     # Every delta is flushed, so the script can look at the database after each one.
     monkeypatch.setattr(engine_module, "FLUSH_INTERVAL_S", 0.0)
-    chat = ScriptedEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
+    chat = ScriptedEngine(
+        core.store, core.library, core.settings_store, runner_log=core.paths.runner_log_file
+    )
     yield chat
     chat.close()
 
@@ -417,7 +419,7 @@ def test_stored_reasoning_is_never_sent_back_to_the_model(core: Core) -> None:
         conversation(None),
         conversation(None, content=f"{thought} Blue."),
     )
-    engine = ChatEngine(store, core.library, core.settings, runner_log=core.paths.runner_log_file)
+    engine = ChatEngine(store, core.library, core.settings_store, runner_log=core.paths.runner_log_file)
     try:
         name = starter_name(core)
         counts = [
@@ -433,7 +435,7 @@ def test_stored_reasoning_is_never_sent_back_to_the_model(core: Core) -> None:
 @pytest.mark.model
 def test_a_template_that_prefills_think_makes_the_whole_reply_reasoning(core: Core, thinker: str) -> None:
     recorder = Recorder()
-    engine = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
+    engine = ChatEngine(core.store, core.library, core.settings_store, runner_log=core.paths.runner_log_file)
     try:
         result = engine.run_turn("What is 2+2?", thinker, sampling=GREEDY, callbacks=recorder)
     finally:
@@ -457,7 +459,7 @@ from inference.protocol import SamplingParams
 
 if __name__ == "__main__":
     core = Core.open(resolve_home())
-    engine = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
+    engine = ChatEngine(core.store, core.library, core.settings_store, runner_log=core.paths.runner_log_file)
     # Never ends on its own: the parent kills it mid-thought.
     sampling = SamplingParams(temperature=0.0, max_tokens=100_000, seed=1, ignore_eos=True)
     engine.run_turn("Think about rivers.", sys.argv[1], sampling=sampling)

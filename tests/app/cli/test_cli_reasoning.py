@@ -101,7 +101,9 @@ def scripted(
     monkeypatch.setattr(engine_module, "FLUSH_INTERVAL_S", 0.0)
     core = Core.open(resolve_home())
     import_thinker(core, starter_model, tmp_path)
-    engine = ScriptedEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
+    engine = ScriptedEngine(
+        core.store, core.library, core.settings_store, runner_log=core.paths.runner_log_file
+    )
     yield core, engine
     engine.close()
     core.close()

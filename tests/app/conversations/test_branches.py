@@ -227,7 +227,7 @@ def test_edit_branches_and_the_prompt_is_only_the_active_path(core: Core, engine
 
 @pytest.mark.model
 def test_chat_service_regenerate_and_edit_report_like_send(core: Core, qtbot: QtBot) -> None:
-    engine = ChatEngine(core.store, core.library, core.settings, runner_log=core.paths.runner_log_file)
+    engine = ChatEngine(core.store, core.library, core.settings_store, runner_log=core.paths.runner_log_file)
     service = ChatService(engine)
     name = starter_name(core)
     started: list[tuple[int, int, int]] = []

@@ -1,0 +1,430 @@
+"""The chat the window shows, without the window: which conversation is open, what was asked and not yet
+answered, the reply being written, the chosen model, and the settings edits that create a new chat.
+
+Qt-free, like napari's ViewerModel: the widgets show this state and tell it what the user did; it changes,
+reads and writes through the store off the GUI thread (`run`), and says what changed through its events.
+Tests drive it with a synchronous `run` and no widgets at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from app.chat.live_reply import LiveReply
+from app.conversations.store import Conversation, ConversationStore, Message
+from app.events import Event
+from app.settings import SettingsStore
+from inference.protocol import GenerationStats
+
+T = TypeVar("T")
+
+
+class Run(Protocol):
+    """Call `fn` off the GUI thread and hand its result to `on_done` back on it (a failure is reported by
+    the runner itself, and `on_done` is not called)."""
+
+    def __call__(self, fn: Callable[[], T], on_done: Callable[[T], None]) -> None: ...
+
+
+class Chat(Protocol):
+    """What the session asks of the chat service (app.qt.chat_service.ChatService): start turns."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def send(self, conversation_id: int | None, prompt: str, model_name: str) -> object: ...
+
+    def regenerate(self, message_id: int, model_name: str) -> object: ...
+
+    def edit(self, message_id: int, new_text: str, model_name: str) -> object: ...
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked the chat service for, until it answers with replyStarted or replyFailed."""
+
+    kind: str  # "send" | "regenerate" | "edit"
+    conversation_id: int | None
+    text: str = ""
+    target: int | None = None
+
+
+@dataclass
+class StreamingReply:
+    """The reply being written: where it goes, the prompt it answers, and its text (held only here)."""
+
+    conversation_id: int
+    user_id: int
+    user_text: str | None
+    assistant_id: int
+    text: LiveReply = field(default_factory=LiveReply)
+    # What the overflow policy left out of its prompt.
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class BranchLoaded:
+    """The open conversation's current branch, read afresh; `focus` is the message to show."""
+
+    conversation_id: int
+    messages: Sequence[Message]
+    focus: int | None
+    # The reply being written in this conversation: newer than the database's copy of it.
+    live: StreamingReply | None
+
+
+@dataclass(frozen=True)
+class BranchChanged:
+    """The branch the store just switched to or changed; `focus` is to be kept in view."""
+
+    messages: Sequence[Message]
+    focus: int | None
+
+
+@dataclass(frozen=True)
+class ReplyBegan:
+    reply: StreamingReply
+    request: Request
+    # The reply belongs to the open conversation (else it is written out of sight).
+    shown: bool
+
+
+@dataclass(frozen=True)
+class ReplyFinished:
+    assistant_id: int
+    status: str
+    stats: GenerationStats
+    note: str | None
+
+
+@dataclass(frozen=True)
+class ReplyFailed:
+    assistant_id: int  # -1: the reply never started
+    kind: str
+    message: str
+    # What the user asked, when the reply never started: the prompt goes back into the composer.
+    request: Request | None
+
+
+class ChatSession:
+    def __init__(
+        self,
+        store: ConversationStore,
+        settings: SettingsStore,
+        chat: Chat,
+        run: Run,
+        *,
+        unsaved_edit: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """`unsaved_edit`: whether the settings being edited have changes not handed to the session yet (a
+        conversation read from before them would overwrite them)."""
+        self._store = store
+        self._settings = settings
+        self._chat = chat
+        self._run = run
+        self._unsaved_edit = unsaved_edit
+
+        self.current_id: int | None = None
+        # Bumped on every conversation switch so a slow load for a previous one is dropped.
+        self._load_generation = 0
+        self.messages: dict[int, Message] = {}
+        self.conversations: dict[int, Conversation] = {}
+        self.pending: Request | None = None
+        self.live: StreamingReply | None = None
+        # The user message being edited: the next send makes a new version of it.
+        self.editing: int | None = None
+        self.model: str | None = None
+        # A chat created for settings edited before its first message; sends wait for it.
+        self._creating = False
+        self._after_creation: list[Callable[[], None]] = []
+        # Counts settings edits, so a conversation read from before an edit does not overwrite it.
+        self._settings_edits = 0
+
+        self.conversations_listed: Event[Sequence[Conversation]] = Event()
+        self.branch_loaded: Event[BranchLoaded] = Event()
+        # Re-read after a reply, without moving the view.
+        self.branch_synced: Event[Sequence[Message]] = Event()
+        self.branch_changed: Event[BranchChanged] = Event()
+        # The open conversation as stored, for its settings (not sent while an edit is waiting).
+        self.conversation_loaded: Event[Conversation] = Event()
+        self.settings_saved: Event[Conversation] = Event()
+        self.settings_reset: Event[Conversation] = Event()
+        # The message now being edited, or None when editing ended.
+        self.editing_changed: Event[Message | None] = Event()
+        self.reply_began: Event[ReplyBegan] = Event()
+        self.reply_noted: Event[StreamingReply] = Event()
+        self.reply_finished: Event[ReplyFinished] = Event()
+        self.reply_failed: Event[ReplyFailed] = Event()
+
+    @property
+    def creating(self) -> bool:
+        return self._creating
+
+    def current_conversation(self) -> Conversation | None:
+        return self.conversations.get(self.current_id) if self.current_id else None
+
+    def streaming_in(self, conversation_id: int) -> bool:
+        return self.live is not None and self.live.conversation_id == conversation_id
+
+    # -- conversations ----------------------------------------------------------------------------
+
+    def refresh_conversations(self) -> None:
+        self._run(self._store.list_conversations, self._listed)
+
+    def _listed(self, conversations: Sequence[Conversation]) -> None:
+        # The current conversation may be missing from a list read just before the chat service created
+        # it; it stays current (only deleting it ends it) and is selected next time.
+        self.conversations = {c.id: c for c in conversations}
+        self.conversations_listed.emit(conversations)
+
+    def new_chat(self) -> None:
+        self.current_id = None
+        self._load_generation += 1
+        self.messages = {}
+        self.cancel_edit()
+
+    def open(self, conversation_id: int, focus_message: int | None = None) -> None:
+        """With `focus_message`, switch to the branch holding it (unless a reply is being written there)."""
+        if conversation_id != self.current_id:
+            self.cancel_edit()
+        self.current_id = conversation_id
+        self._load_generation += 1
+        generation = self._load_generation
+        store = self._store
+        streaming_here = self.streaming_in(conversation_id)
+
+        def load() -> list[Message]:
+            # Switching branches under a reply being written would move its siblings; show it as it is.
+            if focus_message is not None and not streaming_here:
+                return store.switch_to(focus_message)
+            return store.list_messages(conversation_id)
+
+        def loaded(messages: list[Message]) -> None:
+            if generation != self._load_generation:
+                return
+            self.messages = {m.id: m for m in messages}
+            live = self.live if self.streaming_in(conversation_id) else None
+            self.branch_loaded.emit(BranchLoaded(conversation_id, messages, focus_message, live))
+
+        self._run(load, loaded)
+        edits = self._settings_edits
+        self._run(
+            lambda: store.get_conversation(conversation_id),
+            lambda conversation: self._conversation_read(conversation, edits),
+        )
+
+    def _conversation_read(self, conversation: Conversation, edits: int) -> None:
+        if conversation.id != self.current_id:
+            return
+        # An edit made while this was loading is newer than what was read; it is (being) saved.
+        if edits == self._settings_edits and not self._unsaved_edit():
+            self.conversations[conversation.id] = conversation
+            self.conversation_loaded.emit(conversation)
+
+    def refresh_current(self) -> None:
+        """Re-read the open branch (sibling counts, provenance) once no reply is being written."""
+        conversation_id = self.current_id
+        if conversation_id is None:
+            return
+        generation = self._load_generation
+
+        def synced(messages: list[Message]) -> None:
+            if generation != self._load_generation or self.live is not None:
+                return
+            self.messages = {m.id: m for m in messages}
+            self.branch_synced.emit(messages)
+
+        store = self._store
+        self._run(lambda: store.list_messages(conversation_id), synced)
+
+    def _branch_changed(self, messages: Sequence[Message], focus: int | None) -> None:
+        self.messages = {m.id: m for m in messages}
+        self.branch_changed.emit(BranchChanged(messages, focus))
+
+    def switch_sibling(self, message_id: int, step: int) -> None:
+        """Show the previous (-1) or next (1) version of a message, and the branch that follows it."""
+        if self._chat.busy:
+            return
+        store = self._store
+
+        def switch() -> tuple[int, list[Message]]:
+            siblings = store.siblings(message_id)
+            ids = [s.id for s in siblings]
+            index = ids.index(message_id) + step if message_id in ids else 0
+            target = ids[max(0, min(len(ids) - 1, index))]
+            return target, store.switch_to(target)
+
+        self._run(switch, lambda found: self._branch_changed(found[1], found[0]))
+
+    def can_delete_message(self, message_id: int) -> bool:
+        return message_id in self.messages and not self._chat.busy
+
+    def delete_message(self, message_id: int) -> None:
+        """The message and everything after it on this branch; other versions stay."""
+        if not self.can_delete_message(message_id):
+            return
+        store = self._store
+        self._run(lambda: store.delete_message(message_id), lambda path: self._branch_changed(path, None))
+
+    # -- the chat's own settings -----------------------------------------------------------------
+
+    def save_settings(self, system_prompt: str | None, values: dict[str, Any]) -> None:
+        """For the open chat; with none open, a new chat is created now so its first message uses them."""
+        self._settings_edits += 1
+        store = self._store
+        conversation_id = self.current_id
+        if conversation_id is not None:
+            self._run(
+                lambda: store.set_conversation_settings(conversation_id, system_prompt, values),
+                self._settings_saved,
+            )
+            return
+        self._creating = True
+
+        def create() -> Conversation:
+            conversation = store.create_conversation()
+            return store.set_conversation_settings(conversation.id, system_prompt, values)
+
+        def created(conversation: Conversation) -> None:
+            self._creating = False
+            if self.current_id is None:
+                self.current_id = conversation.id
+                self._load_generation += 1
+            self._settings_saved(conversation)
+            self.refresh_conversations()
+            waiting, self._after_creation = self._after_creation, []
+            for step in waiting:
+                step()
+
+        self._run(create, created)
+
+    def after_creation(self, step: Callable[[], None]) -> None:
+        """Do `step` once the chat being created for edited settings exists."""
+        self._after_creation.append(step)
+
+    def _settings_saved(self, conversation: Conversation) -> None:
+        self.conversations[conversation.id] = conversation
+        self.settings_saved.emit(conversation)
+
+    def reset_settings(self) -> bool:
+        """Back to the defaults; False when no chat is open (there is nothing stored to reset)."""
+        conversation_id = self.current_id
+        if conversation_id is None:
+            return False
+        store = self._store
+
+        def reset(conversation: Conversation) -> None:
+            self.conversations[conversation.id] = conversation
+            self.settings_reset.emit(conversation)
+
+        self._run(lambda: store.set_conversation_settings(conversation_id, None, {}), reset)
+        return True
+
+    # -- the model -------------------------------------------------------------------------------
+
+    def models_listed(self, names: Sequence[str]) -> bool:
+        """The models that can be chosen changed: keep the saved default, else the one chosen, else the
+        first. Returns whether the choice changed."""
+        before = self.model
+        wanted = [name for name in (self._settings.current.default_model, before) if name in names]
+        self.model = wanted[0] if wanted else names[0] if names else None
+        return self.model != before
+
+    def choose_model(self, name: str | None) -> None:
+        """The user chose it: it is the default from now on."""
+        self.model = name
+        if name is not None and name != self._settings.current.default_model:
+            self._settings.update(default_model=name)
+
+    # -- asking ----------------------------------------------------------------------------------
+
+    def can_send(self, prompt: str) -> bool:
+        return bool(prompt.strip()) and not self._chat.busy and self.pending is None
+
+    def send(self, prompt: str) -> None:
+        """The composer's text, as a new message or (while editing) a new version of one."""
+        assert self.model is not None and self.can_send(prompt) and not self._creating
+        if self.editing is not None:
+            target = self.editing
+            self.cancel_edit()
+            self.pending = Request("edit", self.current_id, prompt, target)
+            self._chat.edit(target, prompt, self.model)
+        else:
+            self.pending = Request("send", self.current_id, prompt)
+            self._chat.send(self.current_id, prompt, self.model)
+
+    def regenerate(self, message_id: int) -> None:
+        if self.model is None or self._chat.busy or self.pending is not None:
+            return
+        self.pending = Request("regenerate", self.current_id, "", message_id)
+        self._chat.regenerate(message_id, self.model)
+
+    def begin_edit(self, message_id: int) -> None:
+        message = self.messages.get(message_id)
+        if message is None or message.role != "user":
+            return
+        self.editing = message_id
+        self.editing_changed.emit(message)
+
+    def cancel_edit(self) -> None:
+        if self.editing is None:
+            return
+        self.editing = None
+        self.editing_changed.emit(None)
+
+    # -- the reply, as the chat service reports it ------------------------------------------------
+
+    def reply_started(self, conversation_id: int, user_message_id: int, assistant_message_id: int) -> None:
+        request = self.pending or Request("send", conversation_id)
+        self.pending = None
+        user_text = request.text if request.kind in ("send", "edit") else None
+        self.live = StreamingReply(conversation_id, user_message_id, user_text, assistant_message_id)
+        if self.current_id is None and request.conversation_id is None:
+            # Sent from "New chat": the session follows the conversation the service just created.
+            self.current_id = conversation_id
+            self._load_generation += 1
+        self.reply_began.emit(ReplyBegan(self.live, request, conversation_id == self.current_id))
+
+    def _streaming(self, assistant_message_id: int) -> LiveReply | None:
+        live = self.live
+        return live.text if live is not None and live.assistant_id == assistant_message_id else None
+
+    def reply_delta(self, assistant_message_id: int, text: str) -> None:
+        reply = self._streaming(assistant_message_id)
+        if reply is not None:
+            reply.append_answer(text)
+
+    def reply_reasoning(self, assistant_message_id: int, text: str) -> None:
+        reply = self._streaming(assistant_message_id)
+        if reply is not None:
+            reply.append_reasoning(text)
+
+    def answer_was_reasoning(self, assistant_message_id: int) -> None:
+        reply = self._streaming(assistant_message_id)
+        if reply is not None:
+            reply.answer_was_reasoning()
+
+    def context_note(self, assistant_message_id: int, note: str) -> None:
+        live = self.live
+        if live is not None and live.assistant_id == assistant_message_id:
+            live.note = note
+            self.reply_noted.emit(live)
+
+    def reply_done(self, assistant_message_id: int, stats: GenerationStats, status: str) -> None:
+        note = self.live.note if self.live is not None else None
+        self._end_reply()
+        self.reply_finished.emit(ReplyFinished(assistant_message_id, status, stats, note))
+        self.refresh_current()
+
+    def reply_error(self, assistant_message_id: int, kind: str, message: str) -> None:
+        request, self.pending = self.pending, None
+        self._end_reply()
+        self.reply_failed.emit(ReplyFailed(assistant_message_id, kind, message, request))
+        self.refresh_current()
+
+    def _end_reply(self) -> None:
+        if self.live is not None:
+            self.live.text.finish()
+        self.live = None

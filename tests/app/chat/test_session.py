@@ -1,0 +1,343 @@
+"""The chat session without widgets: a real store on a real database, the chat service's reports played by
+the test, and background work run when the test says (as the GUI thread would see it arrive)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pytest
+
+from app.chat.session import BranchLoaded, ChatSession, ReplyBegan, ReplyFailed, ReplyFinished, Request
+from app.conversations.store import Conversation, ConversationStore, Message
+from app.settings import Settings, SettingsStore
+from inference.protocol import GenerationStats, StopReason
+
+T = TypeVar("T")
+STATS = GenerationStats(5, 0, 3, 0.1, 30.0, StopReason.END_OF_TURN, 1)
+
+
+class Later:
+    """Background work, done when the test drains it: results arrive in the order they were asked for."""
+
+    def __init__(self) -> None:
+        self._waiting: list[Callable[[], None]] = []
+
+    def __call__(self, fn: Callable[[], T], on_done: Callable[[T], None]) -> None:
+        self._waiting.append(lambda: on_done(fn()))
+
+    def drain(self) -> None:
+        while self._waiting:
+            self._waiting.pop(0)()
+
+
+@dataclass
+class FakeChat:
+    """The chat service as the session sees it: the turns it was asked for."""
+
+    busy: bool = False
+    asked: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def send(self, conversation_id: int | None, prompt: str, model_name: str) -> None:
+        self.asked.append(("send", conversation_id, prompt, model_name))
+
+    def regenerate(self, message_id: int, model_name: str) -> None:
+        self.asked.append(("regenerate", message_id, model_name))
+
+    def edit(self, message_id: int, new_text: str, model_name: str) -> None:
+        self.asked.append(("edit", message_id, new_text, model_name))
+
+
+@dataclass
+class Heard:
+    """Everything the session said, in order."""
+
+    events: list[tuple[str, Any]] = field(default_factory=list)
+
+    def of(self, name: str) -> list[Any]:
+        return [value for kind, value in self.events if kind == name]
+
+
+@pytest.fixture
+def later() -> Later:
+    return Later()
+
+
+@pytest.fixture
+def chat() -> FakeChat:
+    return FakeChat()
+
+
+@pytest.fixture
+def settings() -> SettingsStore:
+    return SettingsStore(Settings(default_model="starter"))
+
+
+@pytest.fixture
+def session(
+    store: ConversationStore, settings: SettingsStore, chat: FakeChat, later: Later
+) -> Iterator[ChatSession]:
+    made = ChatSession(store, settings, chat, later)
+    made.models_listed(["starter", "other"])
+    yield made
+
+
+@pytest.fixture
+def heard(session: ChatSession) -> Heard:
+    record = Heard()
+    for name in (
+        "conversations_listed",
+        "branch_loaded",
+        "branch_synced",
+        "branch_changed",
+        "conversation_loaded",
+        "settings_saved",
+        "settings_reset",
+        "editing_changed",
+        "reply_began",
+        "reply_noted",
+        "reply_finished",
+        "reply_failed",
+    ):
+        getattr(session, name).connect(lambda value, name=name: record.events.append((name, value)))
+    return record
+
+
+def _stream_into_new_chat(
+    session: ChatSession, store: ConversationStore, prompt: str
+) -> tuple[int, int, int]:
+    """What the chat service does for a message sent from New chat: it creates the conversation."""
+    conversation = store.create_conversation()
+    user = store.add_message(conversation.id, "user", prompt)
+    reply = store.start_assistant_message(
+        conversation.id, model_name="starter", model_sha256=None, sampling={}, seed=None
+    )
+    session.reply_started(conversation.id, user.id, reply.id)
+    return conversation.id, user.id, reply.id
+
+
+def test_a_message_sent_from_new_chat_follows_the_conversation_the_service_creates(
+    session: ChatSession, store: ConversationStore, chat: FakeChat, later: Later, heard: Heard
+) -> None:
+    session.send("Hello there")
+    assert chat.asked == [("send", None, "Hello there", "starter")]
+    assert session.pending == Request("send", None, "Hello there")
+    assert not session.can_send("Again")
+
+    conversation_id, user_id, reply_id = _stream_into_new_chat(session, store, "Hello there")
+    assert session.pending is None and session.current_id == conversation_id
+    (began,) = heard.of("reply_began")
+    assert isinstance(began, ReplyBegan) and began.shown and began.reply is session.live
+    assert (began.reply.user_id, began.reply.user_text, began.reply.assistant_id) == (
+        user_id,
+        "Hello there",
+        reply_id,
+    )
+
+    session.reply_reasoning(reply_id, "A greeting.")
+    session.reply_delta(reply_id, "Hi")
+    session.reply_delta(reply_id + 1, "not this reply's")
+    session.reply_delta(reply_id, "!")
+    session.context_note(reply_id, "1 earlier message left out")
+    live = began.reply.text
+    assert (live.answer, live.reasoning, began.reply.note) == (
+        "Hi!",
+        "A greeting.",
+        "1 earlier message left out",
+    )
+    assert heard.of("reply_noted") == [began.reply]
+
+    store.finish_message(reply_id, content="Hi!", status="complete")
+    session.reply_done(reply_id, STATS, "complete")
+    assert session.live is None and not live.thinking
+    assert heard.of("reply_finished") == [
+        ReplyFinished(reply_id, "complete", STATS, "1 earlier message left out")
+    ]
+    later.drain()
+    (synced,) = heard.of("branch_synced")
+    assert [(m.role, m.content) for m in synced] == [("user", "Hello there"), ("assistant", "Hi!")]
+    assert set(session.messages) == {user_id, reply_id}
+
+
+def test_the_reply_being_written_is_shown_again_after_switching_away_and_back(
+    session: ChatSession, store: ConversationStore, later: Later, heard: Heard
+) -> None:
+    other = store.create_conversation("Other")
+    session.send("Tell me a story")
+    conversation_id, _user_id, reply_id = _stream_into_new_chat(session, store, "Tell me a story")
+    session.reply_delta(reply_id, "Once upon")
+
+    session.open(other.id)
+    later.drain()
+    session.reply_delta(reply_id, " a time")
+    session.open(conversation_id)
+    later.drain()
+
+    loaded = heard.of("branch_loaded")
+    assert [(b.conversation_id, b.live) for b in loaded] == [
+        (other.id, None),
+        (conversation_id, session.live),
+    ]
+    assert loaded[1].live is not None and loaded[1].live.text.answer == "Once upon a time"
+
+
+def test_a_slow_load_for_a_conversation_left_meanwhile_is_dropped(
+    session: ChatSession, store: ConversationStore, later: Later, heard: Heard
+) -> None:
+    first, second = store.create_conversation("First"), store.create_conversation("Second")
+    store.add_message(first.id, "user", "in the first")
+    session.open(first.id)
+    session.open(second.id)
+    later.drain()
+    assert [b.conversation_id for b in heard.of("branch_loaded")] == [second.id]
+    assert [c.id for c in heard.of("conversation_loaded")] == [second.id]
+    assert session.messages == {}
+
+
+def test_settings_edited_before_the_first_message_create_the_chat_and_the_send_waits_for_it(
+    session: ChatSession, store: ConversationStore, chat: FakeChat, later: Later, heard: Heard
+) -> None:
+    session.save_settings("Answer in French.", {"temperature": 0.2})
+    assert session.creating
+    sent: list[str] = []
+    session.after_creation(lambda: sent.append("now"))
+    assert sent == []
+
+    later.drain()
+    (saved,) = heard.of("settings_saved")
+    assert isinstance(saved, Conversation) and session.current_id == saved.id and not session.creating
+    assert (saved.system_prompt, saved.settings) == ("Answer in French.", {"temperature": 0.2})
+    assert sent == ["now"]
+    assert [c.id for c in heard.of("conversations_listed")[-1]] == [saved.id]
+
+    session.send("Bonjour")
+    assert chat.asked == [("send", saved.id, "Bonjour", "starter")]
+
+
+def test_a_conversation_read_from_before_a_settings_edit_does_not_overwrite_it(
+    store: ConversationStore, settings: SettingsStore, chat: FakeChat, later: Later
+) -> None:
+    unsaved = [False]
+    session = ChatSession(store, settings, chat, later, unsaved_edit=lambda: unsaved[0])
+    conversation = store.create_conversation()
+    loaded: list[Conversation] = []
+    session.conversation_loaded.connect(loaded.append)
+
+    session.open(conversation.id)
+    session.save_settings(None, {"top_k": 3})
+    later.drain()
+    assert loaded == []
+    assert session.conversations[conversation.id].settings == {"top_k": 3}
+
+    unsaved[0] = True
+    session.open(conversation.id)
+    later.drain()
+    assert loaded == []
+    unsaved[0] = False
+    session.open(conversation.id)
+    later.drain()
+    assert [c.settings for c in loaded] == [{"top_k": 3}]
+
+
+def test_editing_a_message_sends_a_new_version_of_it(
+    session: ChatSession, store: ConversationStore, chat: FakeChat, later: Later, heard: Heard
+) -> None:
+    conversation = store.create_conversation()
+    prompt = store.add_message(conversation.id, "user", "Waht is 2+2?")
+    answer = store.add_message(conversation.id, "assistant", "4")
+    session.open(conversation.id)
+    later.drain()
+
+    session.begin_edit(answer.id)
+    assert session.editing is None
+    session.begin_edit(prompt.id)
+    assert session.editing == prompt.id and heard.of("editing_changed") == [session.messages[prompt.id]]
+
+    session.send("What is 2+2?")
+    assert chat.asked == [("edit", prompt.id, "What is 2+2?", "starter")]
+    assert session.pending == Request("edit", conversation.id, "What is 2+2?", prompt.id)
+    assert session.editing is None and heard.of("editing_changed")[-1] is None
+
+
+def test_a_reply_that_never_started_hands_the_request_back(
+    session: ChatSession, store: ConversationStore, chat: FakeChat, later: Later, heard: Heard
+) -> None:
+    conversation = store.create_conversation()
+    message = store.add_message(conversation.id, "user", "Hi")
+    session.open(conversation.id)
+    later.drain()
+    session.regenerate(message.id)
+    assert chat.asked == [("regenerate", message.id, "starter")]
+
+    session.reply_error(-1, "context_overflow", "Too long")
+    assert session.pending is None
+    assert heard.of("reply_failed") == [
+        ReplyFailed(
+            -1, "context_overflow", "Too long", Request("regenerate", conversation.id, "", message.id)
+        )
+    ]
+
+
+def test_the_model_is_the_saved_default_else_the_one_chosen_else_the_first(
+    session: ChatSession, settings: SettingsStore
+) -> None:
+    assert session.model == "starter"
+    assert not session.models_listed(["other", "starter"])
+    assert session.models_listed(["other", "third"]) and session.model == "other"
+
+    saved: list[Settings] = []
+    settings.changed.connect(saved.append)
+    session.choose_model("third")
+    assert settings.current.default_model == "third" and len(saved) == 1
+    session.choose_model("third")
+    assert len(saved) == 1
+    assert session.models_listed(["other"]) and session.model == "other"
+    assert session.models_listed([]) and session.model is None
+
+
+def test_nothing_changes_the_branch_while_a_reply_is_written(
+    session: ChatSession, store: ConversationStore, chat: FakeChat, later: Later, heard: Heard
+) -> None:
+    conversation = store.create_conversation()
+    first = store.add_message(conversation.id, "user", "Hi")
+    session.open(conversation.id)
+    later.drain()
+    chat.busy = True
+    session.switch_sibling(first.id, 1)
+    session.delete_message(first.id)
+    session.regenerate(first.id)
+    later.drain()
+    assert heard.of("branch_changed") == [] and chat.asked == []
+
+    chat.busy = False
+    session.delete_message(first.id)
+    later.drain()
+    (changed,) = heard.of("branch_changed")
+    assert list(changed.messages) == [] and session.messages == {}
+
+
+def test_resetting_the_settings_of_an_open_chat(
+    session: ChatSession, store: ConversationStore, later: Later, heard: Heard
+) -> None:
+    assert not session.reset_settings()
+    conversation = store.set_conversation_settings(store.create_conversation().id, "Be brief.", {"top_k": 1})
+    session.open(conversation.id)
+    assert session.reset_settings()
+    later.drain()
+    (reset,) = heard.of("settings_reset")
+    assert (reset.system_prompt, reset.settings) == (None, None)
+
+
+def test_the_open_branch_is_loaded_with_the_message_to_focus(
+    session: ChatSession, store: ConversationStore, later: Later, heard: Heard
+) -> None:
+    conversation = store.create_conversation()
+    prompt = store.add_message(conversation.id, "user", "Hi")
+    reply = store.add_message(conversation.id, "assistant", "Hello", parent_id=prompt.id)
+    session.open(conversation.id, focus_message=prompt.id)
+    later.drain()
+    (loaded,) = heard.of("branch_loaded")
+    assert loaded == BranchLoaded(conversation.id, loaded.messages, prompt.id, None)
+    assert [m.id for m in loaded.messages] == [prompt.id, reply.id]
+    assert all(isinstance(m, Message) for m in loaded.messages)
