@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -58,3 +59,15 @@ def ask_directory(parent: QWidget, title: str) -> Path | None:
 def ask_choice(parent: QWidget, title: str, label: str, items: list[str]) -> int | None:
     chosen, accepted = QInputDialog.getItem(parent, title, label, items, 0, False)
     return items.index(chosen) if accepted and chosen in items else None
+
+
+@dataclass(frozen=True)
+class Dialogs:
+    """The questions the window's parts ask, answered by the real dialogs unless a test answers them."""
+
+    confirm: ConfirmAction = confirm_action
+    ask: AskText = ask_text
+    ask_save: AskSavePath = ask_save_path
+    ask_open: AskOpenPath = ask_open_path
+    ask_folder: AskDirectory = ask_directory
+    ask_choice: AskChoice = ask_choice

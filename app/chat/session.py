@@ -332,10 +332,10 @@ class ChatSession:
         self.model = wanted[0] if wanted else names[0] if names else None
         return self.model != before
 
-    def choose_model(self, name: str | None) -> None:
-        """The user chose it: it is the default from now on."""
+    def choose_model(self, name: str | None, *, remember: bool = True) -> None:
+        """`remember`: the user chose it, so it is the default from now on."""
         self.model = name
-        if name is not None and name != self._settings.current.default_model:
+        if remember and name is not None and name != self._settings.current.default_model:
             self._settings.update(default_model=name)
 
     # -- asking ----------------------------------------------------------------------------------

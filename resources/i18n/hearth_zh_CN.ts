@@ -2,6 +2,193 @@
 <!DOCTYPE TS>
 <TS version="2.1" language="zh_CN">
 <context>
+    <name>ChatArea</name>
+    <message>
+        <source>Editing your message. Sending makes a new version; the original stays one click away.</source>
+        <translation>正在编辑你的消息。发送后会生成新版本，原版本仍可随时切换回去。</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>The conversation database is damaged, so Hearth opened it read-only and changed nothing. Export your conversations, or restore a backup.</source>
+        <translation>对话数据库已损坏，因此 Hearth 以只读方式打开了它，未做任何更改。请导出你的对话，或从备份恢复。</translation>
+    </message>
+    <message>
+        <source>Export all conversations…</source>
+        <translation>导出所有对话…</translation>
+    </message>
+    <message>
+        <source>Restore from backup…</source>
+        <translation>从备份恢复…</translation>
+    </message>
+    <message>
+        <source>Message Hearth… (Enter to send, Shift+Enter for a new line)</source>
+        <translation>给 Hearth 发消息…（Enter 发送，Shift+Enter 换行）</translation>
+    </message>
+    <message>
+        <source>Send</source>
+        <translation>发送</translation>
+    </message>
+    <message>
+        <source>Stop</source>
+        <translation>停止</translation>
+    </message>
+    <message>
+        <source>Restored from {name}. Start Hearth again to continue writing.</source>
+        <translation>已从 {name} 恢复。请重新启动 Hearth 以继续写入。</translation>
+    </message>
+    <message>
+        <source>Install a model before sending a message.</source>
+        <translation>请先安装模型再发送消息。</translation>
+    </message>
+    <message>
+        <source>Delete this message and everything after it on this branch? Other versions stay.</source>
+        <translation>要删除这条消息以及此分支中其后的所有内容吗？其他版本会保留。</translation>
+    </message>
+    <message>
+        <source>Delete message</source>
+        <translation>删除消息</translation>
+    </message>
+    <message>
+        <source>Delete</source>
+        <translation>删除</translation>
+    </message>
+</context>
+<context>
+    <name>ChatFiles</name>
+    <message>
+        <source>Open a chat to export it.</source>
+        <translation>请先打开一个对话再导出。</translation>
+    </message>
+    <message>
+        <source>Markdown (*.md)</source>
+        <translation>Markdown（*.md）</translation>
+    </message>
+    <message>
+        <source>JSON (*.json)</source>
+        <translation>JSON（*.json）</translation>
+    </message>
+    <message>
+        <source>Export chat</source>
+        <translation>导出对话</translation>
+    </message>
+    <message>
+        <source>Exported to {path}</source>
+        <translation>已导出到 {path}</translation>
+    </message>
+    <message>
+        <source>Export all chats to a folder</source>
+        <translation>将所有对话导出到文件夹</translation>
+    </message>
+    <message numerus="yes">
+        <source>Exported %n chat(s) to {folder}</source>
+        <translation>
+            <numerusform>已将 %n 个对话导出到 {folder}</numerusform>
+        </translation>
+    </message>
+    <message numerus="yes">
+        <source>%n could not be read</source>
+        <translation>
+            <numerusform>%n 个无法读取</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>Import chats (Hearth JSON or ChatGPT conversations.json)</source>
+        <translation>导入对话（Hearth JSON 或 ChatGPT 的 conversations.json）</translation>
+    </message>
+    <message>
+        <source>ChatGPT export</source>
+        <translation>ChatGPT 导出文件</translation>
+    </message>
+    <message>
+        <source>Hearth export</source>
+        <translation>Hearth 导出文件</translation>
+    </message>
+    <message numerus="yes">
+        <source>Imported %n chat(s) from the {source}</source>
+        <translation>
+            <numerusform>已从{source}导入 %n 个对话</numerusform>
+        </translation>
+    </message>
+    <message numerus="yes">
+        <source>%n message(s) left out (system, tool or empty)</source>
+        <translation>
+            <numerusform>省略了 %n 条消息（系统、工具或空消息）</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>Export all conversations to a folder</source>
+        <translation>将所有对话导出到文件夹</translation>
+    </message>
+    <message numerus="yes">
+        <source>Exported %n conversation(s)</source>
+        <translation>
+            <numerusform>已导出 %n 个对话</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>There are no backups in {folder}.</source>
+        <translation>{folder} 中没有备份。</translation>
+    </message>
+    <message>
+        <source>Restore from backup</source>
+        <translation>从备份恢复</translation>
+    </message>
+    <message>
+        <source>Backup to restore:</source>
+        <translation>要恢复的备份：</translation>
+    </message>
+    <message>
+        <source>Replace the damaged database with this backup? The damaged file is kept in the backups folder.</source>
+        <translation>要用此备份替换已损坏的数据库吗？已损坏的文件会保留在备份文件夹中。</translation>
+    </message>
+    <message>
+        <source>Restore</source>
+        <translation>恢复</translation>
+    </message>
+</context>
+<context>
+    <name>ChatSettings</name>
+    <message>
+        <source>Settings for the next new chat with {model}.</source>
+        <translation>使用 {model} 的下一个新对话的设置。</translation>
+    </message>
+    <message>
+        <source>This chat&apos;s own settings.</source>
+        <translation>此对话自己的设置。</translation>
+    </message>
+    <message>
+        <source>This chat follows the defaults for {model}; a change here is saved for this chat.</source>
+        <translation>此对话使用 {model} 的默认设置；在此处的修改只保存到此对话。</translation>
+    </message>
+    <message>
+        <source>Settings saved for this chat</source>
+        <translation>已为此对话保存设置</translation>
+    </message>
+    <message>
+        <source>New chats with {model} start from these settings</source>
+        <translation>使用 {model} 的新对话将以这些设置开始</translation>
+    </message>
+    <message>
+        <source>Preset “{name}” saved</source>
+        <translation>已保存预设“{name}”</translation>
+    </message>
+    <message>
+        <source>Delete the preset “{name}”?</source>
+        <translation>要删除预设“{name}”吗？</translation>
+    </message>
+    <message>
+        <source>Delete preset</source>
+        <translation>删除预设</translation>
+    </message>
+    <message>
+        <source>Delete</source>
+        <translation>删除</translation>
+    </message>
+</context>
+<context>
     <name>ContextMeter</name>
     <message>
         <source>When full: refuse to send</source>
@@ -570,75 +757,7 @@
     </message>
 </context>
 <context>
-    <name>MainWindow</name>
-    <message>
-        <source>Copied</source>
-        <translation>已复制</translation>
-    </message>
-    <message>
-        <source>New chat</source>
-        <translation>新对话</translation>
-    </message>
-    <message>
-        <source>Search</source>
-        <translation>搜索</translation>
-    </message>
-    <message>
-        <source>Search all chats (Ctrl+F)</source>
-        <translation>搜索所有对话（Ctrl+F）</translation>
-    </message>
-    <message>
-        <source>Rename</source>
-        <translation>重命名</translation>
-    </message>
-    <message>
-        <source>Delete</source>
-        <translation>删除</translation>
-    </message>
-    <message>
-        <source>Model</source>
-        <translation>模型</translation>
-    </message>
-    <message>
-        <source>Settings</source>
-        <translation>设置</translation>
-    </message>
-    <message>
-        <source>This chat&apos;s system prompt and sampling (Ctrl+,)</source>
-        <translation>此对话的系统提示词与采样参数（Ctrl+,）</translation>
-    </message>
-    <message>
-        <source>Editing your message. Sending makes a new version; the original stays one click away.</source>
-        <translation>正在编辑你的消息。发送后会生成新版本，原版本仍可随时切换回去。</translation>
-    </message>
-    <message>
-        <source>Cancel</source>
-        <translation>取消</translation>
-    </message>
-    <message>
-        <source>The conversation database is damaged, so Hearth opened it read-only and changed nothing. Export your conversations, or restore a backup.</source>
-        <translation>对话数据库已损坏，因此 Hearth 以只读方式打开了它，未做任何更改。请导出你的对话，或从备份恢复。</translation>
-    </message>
-    <message>
-        <source>Export all conversations…</source>
-        <translation>导出所有对话…</translation>
-    </message>
-    <message>
-        <source>Restore from backup…</source>
-        <translation>从备份恢复…</translation>
-    </message>
-    <message>
-        <source>Message Hearth… (Enter to send, Shift+Enter for a new line)</source>
-        <translation>给 Hearth 发消息…（Enter 发送，Shift+Enter 换行）</translation>
-    </message>
-    <message>
-        <source>Send</source>
-        <translation>发送</translation>
-    </message>
-    <message>
-        <source>Stop</source>
-        <translation>停止</translation>
-    </message>
+    <name>MainMenus</name>
     <message>
         <source>&amp;File</source>
         <translation>文件(&amp;F)</translation>
@@ -719,167 +838,27 @@
         <source>&amp;Language</source>
         <translation>语言(&amp;L)</translation>
     </message>
+</context>
+<context>
+    <name>MainWindow</name>
     <message>
-        <source>Rename chat</source>
-        <translation>重命名对话</translation>
+        <source>Copied</source>
+        <translation>已复制</translation>
     </message>
+</context>
+<context>
+    <name>ModelBar</name>
     <message>
-        <source>New name:</source>
-        <translation>新名称：</translation>
-    </message>
-    <message>
-        <source>Unpin</source>
-        <translation>取消置顶</translation>
-    </message>
-    <message>
-        <source>Pin</source>
-        <translation>置顶</translation>
+        <source>Model</source>
+        <translation>模型</translation>
     </message>
     <message>
-        <source>Stop the reply before deleting this chat.</source>
-        <translation>请先停止回复，再删除此对话。</translation>
+        <source>Settings</source>
+        <translation>设置</translation>
     </message>
     <message>
-        <source>Rename…</source>
-        <translation>重命名…</translation>
-    </message>
-    <message>
-        <source>Pin to the top</source>
-        <translation>置顶</translation>
-    </message>
-    <message>
-        <source>Export as Markdown…</source>
-        <translation>导出为 Markdown…</translation>
-    </message>
-    <message>
-        <source>Export as JSON…</source>
-        <translation>导出为 JSON…</translation>
-    </message>
-    <message>
-        <source>Open a chat to export it.</source>
-        <translation>请先打开一个对话再导出。</translation>
-    </message>
-    <message>
-        <source>Markdown (*.md)</source>
-        <translation>Markdown（*.md）</translation>
-    </message>
-    <message>
-        <source>JSON (*.json)</source>
-        <translation>JSON（*.json）</translation>
-    </message>
-    <message>
-        <source>Export chat</source>
-        <translation>导出对话</translation>
-    </message>
-    <message>
-        <source>Exported to {path}</source>
-        <translation>已导出到 {path}</translation>
-    </message>
-    <message>
-        <source>Export all chats to a folder</source>
-        <translation>将所有对话导出到文件夹</translation>
-    </message>
-    <message numerus="yes">
-        <source>Exported %n chat(s) to {folder}</source>
-        <translation>
-            <numerusform>已将 %n 个对话导出到 {folder}</numerusform>
-        </translation>
-    </message>
-    <message>
-        <source>Import chats (Hearth JSON or ChatGPT conversations.json)</source>
-        <translation>导入对话（Hearth JSON 或 ChatGPT 的 conversations.json）</translation>
-    </message>
-    <message>
-        <source>Export all conversations to a folder</source>
-        <translation>将所有对话导出到文件夹</translation>
-    </message>
-    <message numerus="yes">
-        <source>Exported %n conversation(s)</source>
-        <translation>
-            <numerusform>已导出 %n 个对话</numerusform>
-        </translation>
-    </message>
-    <message numerus="yes">
-        <source>%n could not be read</source>
-        <translation>
-            <numerusform>%n 个无法读取</numerusform>
-        </translation>
-    </message>
-    <message>
-        <source>There are no backups in {folder}.</source>
-        <translation>{folder} 中没有备份。</translation>
-    </message>
-    <message>
-        <source>Restore from backup</source>
-        <translation>从备份恢复</translation>
-    </message>
-    <message>
-        <source>Backup to restore:</source>
-        <translation>要恢复的备份：</translation>
-    </message>
-    <message>
-        <source>Replace the damaged database with this backup? The damaged file is kept in the backups folder.</source>
-        <translation>要用此备份替换已损坏的数据库吗？已损坏的文件会保留在备份文件夹中。</translation>
-    </message>
-    <message>
-        <source>Restore</source>
-        <translation>恢复</translation>
-    </message>
-    <message>
-        <source>Restored from {name}. Start Hearth again to continue writing.</source>
-        <translation>已从 {name} 恢复。请重新启动 Hearth 以继续写入。</translation>
-    </message>
-    <message>
-        <source>ChatGPT export</source>
-        <translation>ChatGPT 导出文件</translation>
-    </message>
-    <message>
-        <source>Hearth export</source>
-        <translation>Hearth 导出文件</translation>
-    </message>
-    <message numerus="yes">
-        <source>Imported %n chat(s) from the {source}</source>
-        <translation>
-            <numerusform>已从{source}导入 %n 个对话</numerusform>
-        </translation>
-    </message>
-    <message numerus="yes">
-        <source>%n message(s) left out (system, tool or empty)</source>
-        <translation>
-            <numerusform>省略了 %n 条消息（系统、工具或空消息）</numerusform>
-        </translation>
-    </message>
-    <message>
-        <source>Settings for the next new chat with {model}.</source>
-        <translation>使用 {model} 的下一个新对话的设置。</translation>
-    </message>
-    <message>
-        <source>This chat&apos;s own settings.</source>
-        <translation>此对话自己的设置。</translation>
-    </message>
-    <message>
-        <source>This chat follows the defaults for {model}; a change here is saved for this chat.</source>
-        <translation>此对话使用 {model} 的默认设置；在此处的修改只保存到此对话。</translation>
-    </message>
-    <message>
-        <source>Settings saved for this chat</source>
-        <translation>已为此对话保存设置</translation>
-    </message>
-    <message>
-        <source>New chats with {model} start from these settings</source>
-        <translation>使用 {model} 的新对话将以这些设置开始</translation>
-    </message>
-    <message>
-        <source>Preset “{name}” saved</source>
-        <translation>已保存预设“{name}”</translation>
-    </message>
-    <message>
-        <source>Delete the preset “{name}”?</source>
-        <translation>要删除预设“{name}”吗？</translation>
-    </message>
-    <message>
-        <source>Delete preset</source>
-        <translation>删除预设</translation>
+        <source>This chat&apos;s system prompt and sampling (Ctrl+,)</source>
+        <translation>此对话的系统提示词与采样参数（Ctrl+,）</translation>
     </message>
     <message>
         <source>{model} was not loaded automatically: it crashed last time ({error}). Send a message to try it again.</source>
@@ -900,22 +879,6 @@
     <message>
         <source>Added {server} with {count} models</source>
         <translation>已添加 {server}，共 {count} 个模型</translation>
-    </message>
-    <message>
-        <source>Install a model before sending a message.</source>
-        <translation>请先安装模型再发送消息。</translation>
-    </message>
-    <message>
-        <source>Delete this message and everything after it on this branch? Other versions stay.</source>
-        <translation>要删除这条消息以及此分支中其后的所有内容吗？其他版本会保留。</translation>
-    </message>
-    <message>
-        <source>Delete message</source>
-        <translation>删除消息</translation>
-    </message>
-    <message>
-        <source>Last reply: TTFT {ttft} s · {rate} tok/s</source>
-        <translation>上次回复：首词元 {ttft} 秒 · {rate} 词元/秒</translation>
     </message>
 </context>
 <context>
@@ -1416,6 +1379,65 @@
     </message>
 </context>
 <context>
+    <name>Sidebar</name>
+    <message>
+        <source>New chat</source>
+        <translation>新对话</translation>
+    </message>
+    <message>
+        <source>Search</source>
+        <translation>搜索</translation>
+    </message>
+    <message>
+        <source>Search all chats (Ctrl+F)</source>
+        <translation>搜索所有对话（Ctrl+F）</translation>
+    </message>
+    <message>
+        <source>Rename</source>
+        <translation>重命名</translation>
+    </message>
+    <message>
+        <source>Delete</source>
+        <translation>删除</translation>
+    </message>
+    <message>
+        <source>Rename…</source>
+        <translation>重命名…</translation>
+    </message>
+    <message>
+        <source>Unpin</source>
+        <translation>取消置顶</translation>
+    </message>
+    <message>
+        <source>Pin to the top</source>
+        <translation>置顶</translation>
+    </message>
+    <message>
+        <source>Export as Markdown…</source>
+        <translation>导出为 Markdown…</translation>
+    </message>
+    <message>
+        <source>Export as JSON…</source>
+        <translation>导出为 JSON…</translation>
+    </message>
+    <message>
+        <source>Rename chat</source>
+        <translation>重命名对话</translation>
+    </message>
+    <message>
+        <source>New name:</source>
+        <translation>新名称：</translation>
+    </message>
+    <message>
+        <source>Pin</source>
+        <translation>置顶</translation>
+    </message>
+    <message>
+        <source>Stop the reply before deleting this chat.</source>
+        <translation>请先停止回复，再删除此对话。</translation>
+    </message>
+</context>
+<context>
     <name>StatusLine</name>
     <message>
         <source>no GPU found</source>
@@ -1436,6 +1458,10 @@
     <message>
         <source>All GPUs: {total} GiB</source>
         <translation>全部 GPU：{total} GiB</translation>
+    </message>
+    <message>
+        <source>Last reply: TTFT {ttft} s · {rate} tok/s</source>
+        <translation>上次回复：首词元 {ttft} 秒 · {rate} 词元/秒</translation>
     </message>
 </context>
 <context>

@@ -22,8 +22,8 @@ from tests.helpers.ui_fixtures import (
     seed_conversation,
     titles,
 )
-from ui.main_window import PINNED_ROLE
 from ui.search_panel import snippet_html
+from ui.sidebar import PINNED_ROLE
 
 pytestmark = pytest.mark.gui
 

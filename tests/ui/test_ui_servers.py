@@ -28,7 +28,8 @@ from app.paths import resolve_home
 from app.remote.registry import SERVERS_FILE, ServerRegistry
 from tests.helpers.openai_peer import FAULT_MODELS, FaultServer, LlamaPeer, make_certificates, serve_faults
 from tests.helpers.ui_fixtures import GuiSessions, Ticker, click, rows
-from ui.main_window import ADD_SERVER, MANAGE_SERVERS, MainWindow
+from ui.main_window import MainWindow
+from ui.model_bar import ADD_SERVER, MANAGE_SERVERS
 from ui.provenance import ProvenanceDialog
 from ui.server_dialog import ServerDialog
 from ui.servers_panel import CA, KEY, NAME, STATE, ServersDialog

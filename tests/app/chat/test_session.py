@@ -292,7 +292,10 @@ def test_the_model_is_the_saved_default_else_the_one_chosen_else_the_first(
     assert settings.current.default_model == "third" and len(saved) == 1
     session.choose_model("third")
     assert len(saved) == 1
-    assert session.models_listed(["other"]) and session.model == "other"
+    # Put in the picker by code, not by the user: chosen, not remembered.
+    session.choose_model("other", remember=False)
+    assert session.model == "other" and settings.current.default_model == "third" and len(saved) == 1
+    assert not session.models_listed(["other"]) and session.model == "other"
     assert session.models_listed([]) and session.model is None
 
 

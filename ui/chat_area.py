@@ -1,0 +1,379 @@
+"""The window's middle column: the model bar, the transcript of the open chat, and the composer.
+
+It shows what the chat session holds (the branch, the reply being written, the message being edited) and
+tells the session what the user does with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import shiboken6
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+
+from app.chat.session import (
+    BranchChanged,
+    BranchLoaded,
+    ReplyBegan,
+    ReplyFailed,
+    ReplyFinished,
+    StreamingReply,
+)
+from app.conversations.store import Message
+from app.errors import HearthError
+from app.remote.registry import split_model_name
+from ui.composer import Composer
+from ui.context_meter import ContextMeter
+from ui.model_bar import ModelBar
+from ui.provenance import ProvenanceDialog
+from ui.safe_browser import ConfirmOpen, OpenUrl
+from ui.status_line import plain_label
+from ui.transcript import ReplyStats, Transcript, TranscriptEntry
+from ui.undo_bar import UndoBar
+from ui.window_context import WindowContext
+
+log = logging.getLogger("hearth.ui")
+
+# The context meter is re-measured this long after the user stops typing.
+MEASURE_DELAY_MS = 400
+
+
+def entry_for(message: Message) -> TranscriptEntry:
+    stats = None
+    if message.role == "assistant" and (
+        message.ttft_ms is not None or message.tokens_per_second is not None or message.completion_tokens
+    ):
+        stats = ReplyStats(
+            message.ttft_ms / 1000.0 if message.ttft_ms is not None else None,
+            message.tokens_per_second,
+            message.completion_tokens,
+            message.prompt_tokens,
+        )
+    return TranscriptEntry(
+        message.id,
+        message.role,
+        message.content,
+        message.status,
+        message.error,
+        stats,
+        message.sibling_index,
+        message.sibling_count,
+        message.context_note,
+        reasoning=message.reasoning,
+        reasoning_seconds=message.reasoning_seconds,
+    )
+
+
+class ChatArea(QWidget):
+    """`aboutToSend` before a message goes out: a settings edit still waiting to be saved applies to it."""
+
+    aboutToSend = Signal()
+
+    def __init__(
+        self,
+        context: WindowContext,
+        confirm_open: ConfirmOpen,
+        open_url: OpenUrl,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._context = context
+        self._session = context.session
+        # A search hit in a reply's thinking: that reply opens with its Thinking section expanded.
+        self._thinking_hit: int | None = None
+        self._dialogs: list[ProvenanceDialog] = []
+
+        self.modelBar = ModelBar(context)
+        self.undoBar = UndoBar()
+        self.damagedBanner = QFrame()
+        self.damagedBanner.setObjectName("damagedBanner")
+        self.damagedLabel = plain_label("damagedLabel")
+        self.damagedLabel.setWordWrap(True)
+        self.salvageButton = QPushButton()
+        self.salvageButton.setObjectName("salvageButton")
+        self.restoreButton = QPushButton()
+        self.restoreButton.setObjectName("restoreButton")
+        damaged = QHBoxLayout(self.damagedBanner)
+        damaged.setContentsMargins(10, 4, 6, 4)
+        damaged.addWidget(self.damagedLabel, 1)
+        damaged.addWidget(self.salvageButton)
+        damaged.addWidget(self.restoreButton)
+        self.damagedBanner.setVisible(context.read_only)
+        self.transcript = Transcript(confirm_open=confirm_open, open_url=open_url)
+        self.transcript.set_thinking_display(context.services.settings.show_thinking)
+        self.editBanner = QFrame()
+        self.editBanner.setObjectName("editBanner")
+        self.editLabel = plain_label("editLabel")
+        self.editLabel.setWordWrap(True)
+        self.cancelEditButton = QPushButton()
+        self.cancelEditButton.setObjectName("cancelEditButton")
+        banner = QHBoxLayout(self.editBanner)
+        banner.setContentsMargins(10, 4, 6, 4)
+        banner.addWidget(self.editLabel, 1)
+        banner.addWidget(self.cancelEditButton)
+        self.editBanner.hide()
+        self.contextMeter = ContextMeter()
+        self.composer = Composer()
+        self.sendButton = QPushButton()
+        self.sendButton.setObjectName("sendButton")
+        self.stopButton = QPushButton()
+        self.stopButton.setObjectName("stopButton")
+        self.stopButton.setEnabled(False)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.sendButton)
+        buttons.addWidget(self.stopButton)
+        buttons.addStretch(1)
+        compose = QHBoxLayout()
+        compose.addWidget(self.composer, 1)
+        compose.addLayout(buttons)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 10, 12, 10)
+        layout.addWidget(self.modelBar)
+        layout.addWidget(self.undoBar)
+        layout.addWidget(self.damagedBanner)
+        layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.editBanner)
+        layout.addWidget(self.contextMeter)
+        layout.addLayout(compose)
+
+        self._measure_timer = QTimer(self)
+        self._measure_timer.setSingleShot(True)
+        self._measure_timer.setInterval(MEASURE_DELAY_MS)
+        self._measure_timer.timeout.connect(self._measure_context)
+
+        self.sendButton.clicked.connect(self.send)
+        self.composer.submitted.connect(self.send)
+        self.composer.textChanged.connect(self.schedule_measure)
+        self.stopButton.clicked.connect(self.stop)
+        self.cancelEditButton.clicked.connect(self._session.cancel_edit)
+        self.transcript.actionTriggered.connect(self._on_message_action)
+        context.services.chat.contextUsage.connect(self.contextMeter.set_usage)
+
+        session = self._session
+        session.branch_loaded.connect(self._show_branch)
+        session.branch_synced.connect(self._sync_branch)
+        session.branch_changed.connect(self._show_changed_branch)
+        session.editing_changed.connect(self._show_editing)
+        session.reply_began.connect(self._show_reply_began)
+        session.reply_noted.connect(self._show_note)
+        session.reply_finished.connect(self._show_reply_finished)
+        session.reply_failed.connect(self._show_reply_failed)
+
+    def retranslate(self) -> None:
+        self.modelBar.retranslate()
+        self.editLabel.setText(
+            self.tr("Editing your message. Sending makes a new version; the original stays one click away.")
+        )
+        self.cancelEditButton.setText(self.tr("Cancel"))
+        self.damagedLabel.setText(
+            self.tr(
+                "The conversation database is damaged, so Hearth opened it read-only and changed nothing. "
+                "Export your conversations, or restore a backup."
+            )
+        )
+        self.salvageButton.setText(self.tr("Export all conversations…"))
+        self.restoreButton.setText(self.tr("Restore from backup…"))
+        self.composer.setPlaceholderText(
+            self.tr("Message Hearth… (Enter to send, Shift+Enter for a new line)")
+        )
+        self.sendButton.setText(self.tr("Send"))
+        self.stopButton.setText(self.tr("Stop"))
+        self.contextMeter.retranslate()
+        self.undoBar.retranslate()
+
+    def update_controls(self) -> None:
+        busy = self._context.services.chat.busy
+        writable = not self._context.read_only
+        self.sendButton.setEnabled(self._session.model is not None and not busy and writable)
+        self.stopButton.setEnabled(busy)
+        # Enabled without models too: "Add server…" is in it.
+        self.modelBar.modelPicker.setEnabled(not busy and writable)
+        self.composer.setEnabled(writable)
+        self.transcript.set_editing_enabled(not busy and writable)
+
+    def show_restored(self, backup_name: str) -> None:
+        self.damagedLabel.setText(
+            self.tr("Restored from {name}. Start Hearth again to continue writing.").format(name=backup_name)
+        )
+        self.restoreButton.setEnabled(False)
+
+    # -- the branch shown -------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        self.transcript.clear()
+
+    def expect_thinking_hit(self, message_id: int | None) -> None:
+        """The search hit about to be opened is in this reply's thinking (None: it is not)."""
+        self._thinking_hit = message_id
+
+    def _show_branch(self, loaded: BranchLoaded) -> None:
+        entries = [entry_for(message) for message in loaded.messages]
+        if loaded.live is not None:
+            entries = self._with_live_reply(entries, loaded.live)
+        self.transcript.set_entries(entries)
+        focus = loaded.focus
+        if focus is not None and focus in self._session.messages:
+            if focus == self._thinking_hit:
+                self.transcript.expand_thinking(focus)
+            self.transcript.scroll_to_message(focus, flash=True)
+        else:
+            self.transcript.scroll_to_bottom()
+        self._thinking_hit = None
+        self.schedule_measure()
+
+    @staticmethod
+    def _with_live_reply(entries: list[TranscriptEntry], live: StreamingReply) -> list[TranscriptEntry]:
+        """The database holds the reply as of its last flush; the live reply in the session is newer."""
+        ids = [entry.message_id for entry in entries]
+        if live.user_id not in ids and live.user_text is not None:
+            entries.append(TranscriptEntry(live.user_id, "user", live.user_text))
+        streaming = TranscriptEntry(
+            live.assistant_id, "assistant", "", "streaming", context_note=live.note, live=live.text
+        )
+        return [entry for entry in entries if entry.message_id != live.assistant_id] + [streaming]
+
+    def _sync_branch(self, messages: Sequence[Message]) -> None:
+        """Sibling counts and provenance, without re-rendering unchanged rows."""
+        self.transcript.sync_entries([entry_for(m) for m in messages])
+
+    def _show_changed_branch(self, changed: BranchChanged) -> None:
+        self.transcript.sync_entries([entry_for(m) for m in changed.messages])
+        if changed.focus is not None and changed.focus in self._session.messages:
+            self.transcript.scroll_to_message(changed.focus)
+        self.schedule_measure()
+
+    # -- asking -----------------------------------------------------------------------------------
+
+    def send(self) -> None:
+        session = self._session
+        prompt = self.composer.toPlainText()
+        if not session.can_send(prompt):
+            return
+        if session.model is None:
+            self._context.show_error(self.tr("Install a model before sending a message."))
+            return
+        self.aboutToSend.emit()
+        if session.creating:
+            session.after_creation(self.send)
+            return
+        self.composer.clear()
+        session.send(prompt)
+
+    def stop(self) -> None:
+        # Escape works anywhere in the window; with nothing running there is nothing to cancel.
+        if self._context.services.chat.busy:
+            self._context.services.chat.stop()
+
+    def _show_editing(self, message: Message | None) -> None:
+        if message is None:
+            self.editBanner.hide()
+            self.composer.clear()
+            return
+        self.composer.setPlainText(message.content)
+        self.editBanner.show()
+        self.composer.setFocus()
+
+    def _on_message_action(self, action: str, message_id: int) -> None:
+        session = self._session
+        if action == "regenerate":
+            session.regenerate(message_id)
+        elif action == "edit":
+            session.begin_edit(message_id)
+        elif action == "delete":
+            self._delete_message(message_id)
+        elif action in ("previous", "next"):
+            session.switch_sibling(message_id, -1 if action == "previous" else 1)
+        elif action == "info":
+            self._show_provenance(message_id)
+
+    def _delete_message(self, message_id: int) -> None:
+        if not self._session.can_delete_message(message_id):
+            return
+        question = self.tr("Delete this message and everything after it on this branch? Other versions stay.")
+        if self._context.dialogs.confirm(self, self.tr("Delete message"), question, self.tr("Delete")):
+            self._session.delete_message(message_id)
+
+    def _show_provenance(self, message_id: int) -> None:
+        message = self._session.messages.get(message_id)
+        if message is None:
+            return
+        library = self._context.services.library
+
+        def model_file() -> str | None:
+            if not message.model_name:
+                return None
+            try:
+                return library.get(message.model_name).path.name
+            except HearthError:
+                # Removed from the library since: the dialog says "not recorded".
+                return None
+
+        def show(file_name: str | None) -> None:
+            dialog = ProvenanceDialog(message, file_name, self.window())
+            dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            self._dialogs = [d for d in self._dialogs if shiboken6.isValid(d)] + [dialog]
+            dialog.open()
+
+        self._context.run(model_file, show)
+
+    # -- the reply being written ------------------------------------------------------------------
+
+    def _show_reply_began(self, began: ReplyBegan) -> None:
+        if not began.shown:
+            return
+        reply, request = began.reply, began.request
+        if request.kind in ("regenerate", "edit") and request.target is not None:
+            self.transcript.remove_from(request.target)
+        if reply.user_text is not None:
+            self.transcript.add_entry(TranscriptEntry(reply.user_id, "user", reply.user_text))
+        self.transcript.add_entry(
+            TranscriptEntry(reply.assistant_id, "assistant", "", "streaming", live=reply.text)
+        )
+        self.transcript.scroll_to_bottom()
+
+    def _show_note(self, reply: StreamingReply) -> None:
+        self.transcript.annotate(reply.assistant_id, reply.note)
+
+    def _show_reply_finished(self, finished: ReplyFinished) -> None:
+        stats = finished.stats
+        reply_stats = ReplyStats(
+            stats.time_to_first_token_s, stats.tokens_per_second, stats.completion_tokens, stats.prompt_tokens
+        )
+        self.transcript.finish(
+            finished.assistant_id, finished.status, reply_stats, context_note=finished.note
+        )
+        self.schedule_measure()
+
+    def _show_reply_failed(self, failed: ReplyFailed) -> None:
+        log.info("reply failed (%s): %s", failed.kind, failed.message)
+        self._context.show_error(failed.message)
+        request = failed.request
+        if failed.assistant_id >= 0:
+            self.transcript.finish(failed.assistant_id, "error", error=failed.message)
+        elif request is not None and request.text and not self.composer.toPlainText():
+            # The reply never started; hand the prompt back so nothing typed is lost.
+            self.composer.setPlainText(request.text)
+            if request.kind == "edit" and request.target is not None:
+                self._session.begin_edit(request.target)
+                self.composer.setPlainText(request.text)
+        self.schedule_measure()
+
+    # -- the context budget -----------------------------------------------------------------------
+
+    def schedule_measure(self) -> None:
+        self._measure_timer.start()
+
+    def _measure_context(self) -> None:
+        context, session = self._context, self._session
+        model = session.model
+        # Measuring loads the model; a window told not to preload (the smoke test) leaves it alone.
+        if model is None or not context.preload_model or context.is_closed() or session.creating:
+            return
+        if split_model_name(model) is not None:
+            # A server counts with its own tokenizer and enforces its own context.
+            self.contextMeter.set_usage(None)
+            return
+        context.services.chat.measure_context(session.current_id, self.composer.toPlainText(), model)
