@@ -8,7 +8,7 @@ from contextlib import closing
 
 import pytest
 
-import app.conversations.store as conversations_module
+import app.conversations.search as search_module
 from app.conversations.store import HIT_END, HIT_START, ConversationStore, match_expression
 from app.storage.db import Database
 
@@ -149,12 +149,12 @@ def test_limit(store: ConversationStore) -> None:
 def test_a_very_common_word_ranks_only_the_newest_matches(
     store: ConversationStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(conversations_module, "RANKED_MATCHES", 5)
+    monkeypatch.setattr(search_module, "RANKED_MATCHES", 5)
     conversation = store.create_conversation()
     oldest = store.add_message(conversation.id, "user", "zebra zebra zebra")
     newer = [
         store.add_message(conversation.id, "user", f"a zebra and {i} other words here") for i in range(8)
     ]
     assert {h.message_id for h in store.search("zebra")} == {m.id for m in newer[-5:]}
-    monkeypatch.setattr(conversations_module, "RANKED_MATCHES", 100)
+    monkeypatch.setattr(search_module, "RANKED_MATCHES", 100)
     assert store.search("zebra")[0].message_id == oldest.id  # the best match, once it is ranked

@@ -1,0 +1,308 @@
+"""Conversations in and out of files: Hearth's JSON and Markdown exports, and imports of Hearth JSON and
+ChatGPT's conversations.json (parsed and checked by app.conversations.importers before anything is
+written)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from sqlalchemy import Table, insert, text
+from sqlalchemy.orm import Session
+
+from app.conversations.importers import (
+    HEARTH_FORMAT,
+    HEARTH_VERSION,
+    ImportedConversation,
+    ParsedImport,
+    parse_file,
+)
+from app.conversations.records import (
+    Conversation,
+    Message,
+    MessageTree,
+    clean_title,
+    conversation_message_rows,
+    get_conversation,
+    live_conversations,
+    message_from_row,
+    messages_by_id,
+)
+from app.errors import DatabaseError, HearthError
+from app.settings import write_text_atomically
+from app.storage.db import Database
+from app.storage.orm import ConversationRow, MessageRow
+
+log = logging.getLogger("hearth.conversations")
+
+EXPORT_FORMAT = HEARTH_FORMAT
+EXPORT_VERSION = HEARTH_VERSION
+EXPORT_FORMATS = ("md", "json")
+
+_CONVERSATIONS = cast(Table, ConversationRow.__table__)
+_MESSAGES = cast(Table, MessageRow.__table__)
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    conversations: int
+    messages: int
+    skipped: int  # messages in the file that were left out (system, tool, hidden or empty)
+    conversation_ids: tuple[int, ...] = ()
+    source: str = ""  # "hearth" or "chatgpt"
+    skipped_conversations: int = 0  # conversations with nothing to import
+
+
+def _thinking_quote(reasoning: str, seconds: float | None) -> list[str]:
+    """A reply's reasoning as a quoted "Thinking" part, so it reads apart from the answer below it."""
+    heading = "> **Thinking**" + (f" ({seconds:.0f} s)" if seconds is not None else "")
+    return [heading, ">", *(f"> {line}" if line else ">" for line in reasoning.splitlines())]
+
+
+def message_record(m: Message) -> dict[str, Any]:
+    """A message as JSON: the shape of exports and of `hearth conversations show --json`."""
+    return {
+        "id": m.id,
+        "parent_id": m.parent_id,
+        "role": m.role,
+        "content": m.content,
+        "status": m.status,
+        "error": m.error,
+        "model_name": m.model_name,
+        "model_sha256": m.model_sha256,
+        "prompt_tokens": m.prompt_tokens,
+        "completion_tokens": m.completion_tokens,
+        "ttft_ms": m.ttft_ms,
+        "tokens_per_second": m.tokens_per_second,
+        "sampling": m.sampling,
+        "seed": m.seed,
+        "template": m.template,
+        "quantization": m.quantization,
+        "context_note": m.context_note,
+        "server_name": m.server_name,
+        "server_url": m.server_url,
+        "reasoning": m.reasoning,
+        "reasoning_seconds": m.reasoning_seconds,
+        "created_at": m.created_at.isoformat(),
+        "updated_at": m.updated_at.isoformat(),
+    }
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    written: list[Path]
+    # (conversation id, title, why) for each conversation whose text could not be read.
+    unreadable: list[tuple[int, str, str]]
+
+
+def export_json(db: Database, conversation_id: int) -> dict[str, Any]:
+    """A JSON-ready dict, stable across releases of the same `version` (README: "JSON output")."""
+    with db.read_session() as session:
+        conversation = get_conversation(session, conversation_id)
+        rows = conversation_message_rows(session, conversation_id)
+    messages = [message_from_row(row, (1, 1)) for row in rows]
+    return {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "conversation": {
+            "id": conversation.id,
+            "title": conversation.title,
+            "system_prompt": conversation.system_prompt,
+            "created_at": conversation.created_at.isoformat(),
+            "updated_at": conversation.updated_at.isoformat(),
+            "model_name": conversation.model_name,
+            "pinned": conversation.pinned,
+            "settings": conversation.settings,
+            "current_leaf_id": MessageTree((m.id, m.parent_id) for m in messages).leaf_or_latest(
+                conversation.current_leaf_id
+            ),
+        },
+        "messages": [message_record(m) for m in messages],
+    }
+
+
+def export_markdown(db: Database, conversation_id: int) -> str:
+    """The visible branch as Markdown (other branches are counted, not shown)."""
+    with db.read_session() as session:
+        conversation = get_conversation(session, conversation_id)
+        tree = MessageTree.load(session, conversation_id)
+        messages = messages_by_id(
+            session, tree, tree.path_to(tree.leaf_or_latest(conversation.current_leaf_id))
+        )
+    lines = [
+        f"# {conversation.title}",
+        "",
+        f"*Exported from Hearth · started {conversation.created_at:%Y-%m-%d %H:%M} UTC · "
+        f"{len(messages)} messages*",
+        "",
+    ]
+    hidden = conversation.message_count - len(messages)
+    if hidden > 0:
+        lines += [f"*The current branch is shown; {hidden} messages on other branches are not.*", ""]
+    if conversation.system_prompt:
+        lines += ["## System prompt", "", conversation.system_prompt, ""]
+    for m in messages:
+        heading = m.role.capitalize()
+        if m.role == "assistant" and m.model_name:
+            heading += f" ({m.model_name})"
+        lines += [f"## {heading}", ""]
+        if m.context_note:
+            lines += [f"*[{m.context_note}]*", ""]
+        if m.reasoning:
+            lines += [*_thinking_quote(m.reasoning, m.reasoning_seconds), ""]
+        lines += [m.content, ""]
+        if m.status != "complete":
+            note = f"*[{m.status}]*" if not m.error else f"*[{m.status}: {m.error}]*"
+            lines += [note, ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def export_all(db: Database, directory: Path, fmt: str) -> ExportReport:
+    """One file per conversation (not those in the trash), named `<id>-<title>.md|json`.
+
+    A conversation whose text cannot be read (a damaged page) is skipped and reported, so the others
+    still get out: this is also how a damaged database is salvaged. Never writes to the database.
+    """
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"fmt must be one of {EXPORT_FORMATS}, not {fmt!r}")
+    directory = Path(directory)
+    report = ExportReport([], [])
+    with db.read_session() as session:
+        conversations = live_conversations(session)
+    for conversation in conversations:
+        try:
+            if fmt == "md":
+                content = export_markdown(db, conversation.id)
+            else:
+                exported = export_json(db, conversation.id)
+                content = json.dumps(exported, indent=2, ensure_ascii=False) + "\n"
+        except DatabaseError as exc:
+            log.warning("conversation %d could not be read: %s", conversation.id, exc)
+            report.unreadable.append((conversation.id, conversation.title, str(exc)))
+            continue
+        target = directory / export_filename(conversation, fmt)
+        try:
+            write_text_atomically(target, content)
+        except OSError as exc:
+            raise HearthError(
+                f"Could not write {target}: {exc.strerror or exc}. {len(report.written)} of the "
+                "conversations were exported before it."
+            ) from exc
+        report.written.append(target)
+    return report
+
+
+def import_file(db: Database, path: Path) -> ImportReport:
+    """Import a Hearth JSON export or ChatGPT's conversations.json, all of it or (on any error) nothing.
+
+    Raises HearthError naming the place in the file that could not be imported.
+    """
+    parsed = parse_file(Path(path))
+    ids = _write_import(db, parsed)
+    return ImportReport(
+        conversations=len(ids),
+        messages=sum(len(c.messages) for c in parsed.conversations),
+        skipped=parsed.skipped_messages,
+        conversation_ids=tuple(ids),
+        source=parsed.source,
+        skipped_conversations=parsed.skipped_conversations,
+    )
+
+
+def _write_import(db: Database, parsed: ParsedImport) -> list[int]:
+    with db.session() as session:
+        # The ids are handed out here, inside the write lock, so the whole file goes in with a few
+        # multi-row statements; AUTOINCREMENT's counter moves past them as usual.
+        next_conversation = _next_id(session, "conversations")
+        next_message = _next_id(session, "messages")
+        conversation_rows: list[dict[str, Any]] = []
+        message_rows: list[dict[str, Any]] = []
+        for conversation in parsed.conversations:
+            ids = {m.key: next_message + i for i, m in enumerate(conversation.messages)}
+            next_message += len(ids)
+            message_rows += _imported_messages(conversation, next_conversation, ids)
+            conversation_rows.append(
+                {
+                    "id": next_conversation,
+                    "title": clean_title(conversation.title),
+                    "system_prompt": conversation.system_prompt,
+                    "created_at": conversation.created_at,
+                    "updated_at": conversation.updated_at,
+                    "model_name": conversation.model_name,
+                    "current_leaf_id": _imported_leaf(conversation, ids),
+                    "pinned": conversation.pinned,
+                    "trashed_at": None,
+                    "settings_json": json.dumps(conversation.settings, sort_keys=True)
+                    if conversation.settings
+                    else None,
+                }
+            )
+            next_conversation += 1
+        if conversation_rows:
+            session.execute(insert(_CONVERSATIONS), conversation_rows)
+        if message_rows:
+            session.execute(insert(_MESSAGES), message_rows)
+        return [row["id"] for row in conversation_rows]
+
+
+def _imported_leaf(conversation: ImportedConversation, ids: Mapping[str, int]) -> int | None:
+    if conversation.current_key is not None:
+        return ids[conversation.current_key]
+    tree = MessageTree(
+        (ids[m.key], ids[m.parent_key] if m.parent_key is not None else None) for m in conversation.messages
+    )
+    return tree.latest_leaf(None)
+
+
+def _imported_messages(
+    conversation: ImportedConversation, conversation_id: int, ids: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": ids[m.key],
+            "conversation_id": conversation_id,
+            "parent_id": ids[m.parent_key] if m.parent_key is not None else None,
+            "role": m.role,
+            "content": m.content,
+            "status": m.status,
+            "error": m.error,
+            "model_name": m.model_name,
+            "model_sha256": m.model_sha256,
+            "prompt_tokens": m.prompt_tokens,
+            "completion_tokens": m.completion_tokens,
+            "ttft_ms": m.ttft_ms,
+            "tokens_per_second": m.tokens_per_second,
+            "sampling_json": json.dumps(m.sampling, sort_keys=True) if m.sampling is not None else None,
+            "seed": m.seed,
+            "template": m.template,
+            "quantization": m.quantization,
+            "context_note": m.context_note,
+            "server_name": m.server_name,
+            "server_url": m.server_url,
+            "reasoning": m.reasoning,
+            "reasoning_seconds": m.reasoning_seconds,
+            "created_at": m.created_at,
+            "updated_at": m.updated_at or m.created_at,
+        }
+        for m in conversation.messages
+    ]
+
+
+def _next_id(session: Session, table: str) -> int:
+    used = session.execute(
+        text("SELECT seq FROM sqlite_sequence WHERE name = :table"), {"table": table}
+    ).scalar()
+    return int(used or 0) + 1
+
+
+def export_filename(conversation: Conversation, fmt: str) -> str:
+    """`<id>-<title words>.<fmt>`: safe on every file system, unique through the id, readable in a listing."""
+    words = re.findall(r"\w+", unicodedata.normalize("NFKC", conversation.title))
+    slug = "-".join(words)[:60].strip("-_") or "chat"
+    return f"{conversation.id:05d}-{slug}.{fmt}"
