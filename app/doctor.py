@@ -10,6 +10,7 @@ from typing import Any
 
 from app.paths import HearthPaths
 from app.secret_store import keyring_report
+from app.storage.db import check_file
 from inference.ggml_backends import CpuKernelMemory, kernels_for_this_machine, ranked_variants
 from inference.hardware import llama_backend, probe_hardware
 
@@ -27,10 +28,8 @@ def database_check(paths: HearthPaths) -> dict[str, Any]:
     if not path.exists():
         return {"path": str(path), "exists": False, "ok": True, "result": "not created yet"}
     try:
-        with sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True) as conn:
-            rows = conn.execute("PRAGMA quick_check").fetchall()
-        result = "; ".join(str(r[0]) for r in rows)
-    except sqlite3.DatabaseError as exc:
+        result = check_file(path)
+    except sqlite3.Error as exc:
         result = f"unreadable: {exc}"
     return {"path": str(path), "exists": True, "ok": result == "ok", "result": result}
 

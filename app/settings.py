@@ -20,6 +20,7 @@ from typing import Any, TypeGuard
 from app.errors import HearthError
 from app.events import Event
 from app.fsutil import fsync_directory
+from inference.protocol import SAMPLING_SETTINGS, SamplingParams
 
 log = logging.getLogger("hearth.settings")
 
@@ -36,6 +37,7 @@ THEMES = ("system", "light", "dark")
 LANGUAGES = ("system", "en", "zh_CN")
 # How a reply's reasoning is first shown: a collapsed "Thinking" section, expanded, or not at all.
 THINKING_DISPLAYS = ("collapsed", "expanded", "hidden")
+_SAMPLING = SamplingParams()
 
 
 @dataclass(frozen=True)
@@ -45,12 +47,14 @@ class Settings:
     n_threads: int | None = None
     gpu_layers: str | int = "auto"
     default_model: str | None = None
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    repeat_penalty: float = 1.1
-    max_tokens: int = 1024
+    # The global sampling settings: SamplingParams' defaults until the user changes them. A sampling
+    # parameter without a field here (the seed) has only conversations' and models' values over its default.
+    temperature: float = _SAMPLING.temperature
+    top_p: float = _SAMPLING.top_p
+    top_k: int = _SAMPLING.top_k
+    min_p: float = _SAMPLING.min_p
+    repeat_penalty: float = _SAMPLING.repeat_penalty
+    max_tokens: int = _SAMPLING.max_tokens
     hf_endpoint: str | None = None
     overflow_policy: str = "drop_oldest"
     # Per model name: generation settings (GENERATION_KEYS) and "system_prompt" for its new conversations.
@@ -75,17 +79,15 @@ def _is_number(value: object) -> TypeGuard[float]:
     return math.isfinite(value)
 
 
-_VALIDATORS: dict[str, tuple[Callable[[object], bool], str]] = {
+_Rule = tuple[Callable[[object], bool], str]
+_SAMPLING_RULES: dict[str, _Rule] = {
+    name: (setting.allows, setting.expected) for name, setting in SAMPLING_SETTINGS.items()
+}
+_VALIDATORS: dict[str, _Rule] = {
     "context_length": (lambda v: _is_int(v) and v > 0, "a positive integer"),
     "n_threads": (lambda v: v is None or (_is_int(v) and v > 0), "a positive integer or null"),
     "gpu_layers": (lambda v: v == "auto" or (_is_int(v) and v >= 0), '"auto" or a number of layers'),
     "default_model": (lambda v: v is None or isinstance(v, str), "a string or null"),
-    "temperature": (lambda v: _is_number(v) and v >= 0, "a number ≥ 0"),
-    "top_p": (lambda v: _is_number(v) and 0 < v <= 1, "a number in (0, 1]"),
-    "top_k": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
-    "min_p": (lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
-    "repeat_penalty": (lambda v: _is_number(v) and v > 0, "a positive number"),
-    "max_tokens": (lambda v: _is_int(v) and v > 0, "a positive integer"),
     "hf_endpoint": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "overflow_policy": (lambda v: v in OVERFLOW_POLICIES, " or ".join(f'"{p}"' for p in OVERFLOW_POLICIES)),
     "theme": (lambda v: v in THEMES, " or ".join(f'"{t}"' for t in THEMES)),
@@ -98,26 +100,17 @@ _VALIDATORS: dict[str, tuple[Callable[[object], bool], str]] = {
         "an object mapping model names to objects of generation settings",
     ),
 }
-_FLOAT_FIELDS = {f.name for f in dataclasses.fields(Settings) if isinstance(f.default, float)}
+_SETTINGS_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+_VALIDATORS.update({name: rule for name, rule in _SAMPLING_RULES.items() if name in _SETTINGS_FIELDS})
+_FLOAT_FIELDS = {name for name, f in _SETTINGS_FIELDS.items() if isinstance(f.default, float)}
+# The sampling parameters Settings holds a global value for.
+GLOBAL_SAMPLING = tuple(name for name in SAMPLING_SETTINGS if name in _SETTINGS_FIELDS)
 
 # What a conversation (or a model's defaults) may set for itself; the rest of Settings is machine-wide.
-GENERATION_KEYS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repeat_penalty",
-    "seed",
-    "max_tokens",
-    "context_length",
-)
-_SEED_LIMIT = 2**32  # llama.cpp seeds are 32-bit
-_GENERATION_VALIDATORS: dict[str, tuple[Callable[[object], bool], str]] = {
-    **{key: _VALIDATORS[key] for key in GENERATION_KEYS if key in _VALIDATORS},
-    "seed": (
-        lambda v: v is None or (_is_int(v) and 0 <= v < _SEED_LIMIT),
-        "an integer from 0 to 2^32-1 or null",
-    ),
+GENERATION_KEYS = (*SAMPLING_SETTINGS, "context_length")
+_GENERATION_VALIDATORS: dict[str, _Rule] = {
+    **_SAMPLING_RULES,
+    "context_length": _VALIDATORS["context_length"],
 }
 
 

@@ -7,7 +7,11 @@ runner pipe and can never be mutated by the GUI while the runner works on it.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Final
 
 
 class ErrorKind(enum.StrEnum):
@@ -44,16 +48,97 @@ class ChatMessage:
 
 
 @dataclass(frozen=True)
+class SamplingSetting:
+    """A sampling parameter the user can set: what it may be, how the chat settings offer it, and whether
+    OpenAI-compatible servers are sent it. Settings, presets, the chat settings panel, provenance and the
+    remote client all read the list from SamplingParams' fields (SAMPLING_SETTINGS)."""
+
+    expected: str  # an allowed value, as an error message describes it
+    low: float
+    high: float | None = None  # None: no upper limit
+    low_open: bool = False  # `low` itself is not allowed
+    high_open: bool = False
+    integer: bool = False
+    nullable: bool = False  # null (None) is allowed: SamplingParams' default then decides
+    spin: tuple[float, float, float] = (0.0, 1.0, 0.01)  # the chat settings' control: least, most, step
+    openai: bool = False  # OpenAI's chat completions API has it, under the same name
+
+    def allows(self, value: object) -> bool:
+        if value is None:
+            return self.nullable
+        # JSON's true and false arrive as bool, which Python counts as int.
+        if isinstance(value, bool) or not isinstance(value, int if self.integer else int | float):
+            return False
+        if not math.isfinite(value):
+            return False
+        if value < self.low or (self.low_open and value == self.low):
+            return False
+        return self.high is None or value < self.high or (value == self.high and not self.high_open)
+
+
+# The key of a SamplingParams field's SamplingSetting in its metadata.
+_SETTING: Final = "hearth.sampling_setting"
+
+
+@dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    repeat_penalty: float = 1.1
-    seed: int | None = None
-    max_tokens: int = 1024
-    # Keep generating past end-of-turn tokens: benchmarks need replies of a fixed length.
+    temperature: float = field(
+        default=0.7,
+        metadata={_SETTING: SamplingSetting("a number ≥ 0", 0.0, spin=(0.0, 2.0, 0.05), openai=True)},
+    )
+    top_p: float = field(
+        default=0.95,
+        metadata={
+            _SETTING: SamplingSetting(
+                "a number in (0, 1]", 0.0, 1.0, low_open=True, spin=(0.01, 1.0, 0.01), openai=True
+            )
+        },
+    )
+    top_k: int = field(
+        default=40,
+        metadata={_SETTING: SamplingSetting("a non-negative integer", 0, integer=True, spin=(0, 1000, 1))},
+    )
+    min_p: float = field(
+        default=0.05,
+        metadata={_SETTING: SamplingSetting("a number in [0, 1]", 0.0, 1.0, spin=(0.0, 1.0, 0.01))},
+    )
+    repeat_penalty: float = field(
+        default=1.1,
+        metadata={_SETTING: SamplingSetting("a positive number", 0.0, low_open=True, spin=(0.5, 2.0, 0.05))},
+    )
+    # llama.cpp seeds are 32-bit; None: a new random seed for every reply.
+    seed: int | None = field(
+        default=None,
+        metadata={
+            _SETTING: SamplingSetting(
+                "an integer from 0 to 2^32-1 or null",
+                0,
+                2**32,
+                high_open=True,
+                integer=True,
+                nullable=True,
+                # A spin box holds 31 bits; the chat settings show "Random" one below its least value.
+                spin=(0, 2**31 - 1, 1),
+                openai=True,
+            )
+        },
+    )
+    max_tokens: int = field(
+        default=1024,
+        metadata={
+            _SETTING: SamplingSetting(
+                "a positive integer", 0, low_open=True, integer=True, spin=(1, 131_072, 64), openai=True
+            )
+        },
+    )
+    # Keep generating past end-of-turn tokens: benchmarks need replies of a fixed length. Not a setting.
     ignore_eos: bool = False
+
+
+# The sampling parameters a user can set, by name, in SamplingParams' order.
+SAMPLING_SETTINGS: Final[Mapping[str, SamplingSetting]] = MappingProxyType(
+    {f.name: f.metadata[_SETTING] for f in fields(SamplingParams) if _SETTING in f.metadata}
+)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QVBoxLayout, QWidget
 
 from app.conversations.store import Message
+from inference.protocol import SAMPLING_SETTINGS
 
 SHA_PREFIX = 12
-SAMPLING_ORDER = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "max_tokens")
+# The seed has a row of its own; what else a reply's sampling recorded follows these, by name.
+SAMPLING_ORDER = tuple(name for name in SAMPLING_SETTINGS if name != "seed")
 
 
 def _template(source: str | None) -> str:

@@ -25,12 +25,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.settings import GENERATION_KEYS, Settings
+from inference.protocol import SAMPLING_SETTINGS, SamplingParams, SamplingSetting
 from ui.dialogs import AskText
 
 # Saving waits until the user pauses, so dragging a spin box writes once.
 SAVE_DELAY_MS = 500
-NO_SEED = -1
-MAX_SEED = 2**31 - 1
+# A context length is not a sampling parameter: its control is made here.
+CONTEXT_SPIN = (512, 1_048_576, 512)
+_NULLABLE = {name for name, setting in SAMPLING_SETTINGS.items() if setting.nullable}
+_DEFAULTS: dict[str, Any] = {
+    **{name: getattr(SamplingParams(), name) for name in SAMPLING_SETTINGS},
+    "context_length": Settings().context_length,
+}
 
 
 @dataclass(frozen=True)
@@ -84,14 +91,11 @@ class SettingsPanel(QWidget):
         self.systemPrompt.setObjectName("systemPrompt")
         self.systemPrompt.setTabChangesFocus(True)
         self.systemPrompt.setMaximumHeight(110)
-        self.temperature = self._double("temperature", 0.0, 2.0, 0.05, 2)
-        self.topP = self._double("topP", 0.01, 1.0, 0.01, 2)
-        self.topK = self._int("topK", 0, 1000, 1)
-        self.minP = self._double("minP", 0.0, 1.0, 0.01, 2)
-        self.repeatPenalty = self._double("repeatPenalty", 0.5, 2.0, 0.05, 2)
-        self.seed = self._int("seed", NO_SEED, MAX_SEED, 1)
-        self.maxTokens = self._int("maxTokens", 1, 131_072, 64)
-        self.contextLength = self._int("contextLength", 512, 1_048_576, 512)
+        # One control per generation setting (app.settings.GENERATION_KEYS), by name.
+        self.fields: dict[str, QSpinBox | QDoubleSpinBox] = {
+            name: _spin(name, setting) for name, setting in SAMPLING_SETTINGS.items()
+        }
+        self.fields["context_length"] = _int_spin("context_length", *CONTEXT_SPIN)
         self.overflowPolicy = QComboBox()
         self.overflowPolicy.setObjectName("overflowPolicy")
         self.overflowPolicy.addItem("", "drop_oldest")
@@ -118,18 +122,7 @@ class SettingsPanel(QWidget):
         self.form = QFormLayout()
         self.form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self._labels = {name: QLabel() for name in _FIELD_NAMES}
-        fields: list[QWidget] = [
-            self.temperature,
-            self.topP,
-            self.topK,
-            self.minP,
-            self.repeatPenalty,
-            self.seed,
-            self.maxTokens,
-            self.contextLength,
-            self.overflowPolicy,
-            self.thinkingDisplay,
-        ]
+        fields: list[QWidget] = [*self.fields.values(), self.overflowPolicy, self.thinkingDisplay]
         for name, widget in zip(_FIELD_NAMES, fields, strict=True):
             self._labels[name].setBuddy(widget)
             self.form.addRow(self._labels[name], widget)
@@ -163,16 +156,7 @@ class SettingsPanel(QWidget):
         self._timer.setInterval(SAVE_DELAY_MS)
         self._timer.timeout.connect(self._emit_changed)
         self.systemPrompt.textChanged.connect(self._edited)
-        for spin in (
-            self.temperature,
-            self.topP,
-            self.topK,
-            self.minP,
-            self.repeatPenalty,
-            self.seed,
-            self.maxTokens,
-            self.contextLength,
-        ):
+        for spin in self.fields.values():
             spin.valueChanged.connect(self._edited)
         self.applyPreset.clicked.connect(self._apply_preset)
         self.savePreset.clicked.connect(self._save_preset)
@@ -184,25 +168,6 @@ class SettingsPanel(QWidget):
         self.thinkingDisplay.activated.connect(self._thinking_picked)
         self.preset_name_asker: AskText | None = None
         self.retranslate()
-
-    def _double(self, name: str, low: float, high: float, step: float, decimals: int) -> QDoubleSpinBox:
-        spin = QDoubleSpinBox()
-        spin.setObjectName(name)
-        spin.setRange(low, high)
-        spin.setSingleStep(step)
-        spin.setDecimals(decimals)
-        spin.setKeyboardTracking(False)
-        spin.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
-        return spin
-
-    def _int(self, name: str, low: int, high: int, step: int) -> QSpinBox:
-        spin = QSpinBox()
-        spin.setObjectName(name)
-        spin.setRange(low, high)
-        spin.setSingleStep(step)
-        spin.setKeyboardTracking(False)
-        spin.setGroupSeparatorShown(True)
-        return spin
 
     def retranslate(self) -> None:
         self.title.setText(self.tr("Chat settings"))
@@ -226,7 +191,7 @@ class SettingsPanel(QWidget):
         }
         for name, text in labels.items():
             self._labels[name].setText(text)
-        self.seed.setSpecialValueText(self.tr("Random"))
+        self.fields["seed"].setSpecialValueText(self.tr("Random"))
         self.overflowPolicy.setItemText(0, self.tr("Leave out the oldest turns"))
         self.overflowPolicy.setItemText(1, self.tr("Refuse to send"))
         self.overflowPolicy.setToolTip(
@@ -253,15 +218,13 @@ class SettingsPanel(QWidget):
         try:
             self.scope.setText(scope)
             self.systemPrompt.setPlainText(system_prompt or "")
-            self.temperature.setValue(float(values.get("temperature", 0.7)))
-            self.topP.setValue(float(values.get("top_p", 0.95)))
-            self.topK.setValue(int(values.get("top_k", 40)))
-            self.minP.setValue(float(values.get("min_p", 0.05)))
-            self.repeatPenalty.setValue(float(values.get("repeat_penalty", 1.1)))
-            seed = values.get("seed")
-            self.seed.setValue(NO_SEED if seed is None else min(int(seed), MAX_SEED))
-            self.maxTokens.setValue(int(values.get("max_tokens", 1024)))
-            self.contextLength.setValue(int(values.get("context_length", 4096)))
+            for name, spin in self.fields.items():
+                value = values.get(name, _DEFAULTS[name])
+                # None (unset) is the least value, which _spin made one below what the setting allows.
+                if isinstance(spin, QDoubleSpinBox):
+                    spin.setValue(spin.minimum() if value is None else float(value))
+                else:
+                    spin.setValue(spin.minimum() if value is None else min(int(value), spin.maximum()))
             self.set_policy(policy)
         finally:
             self._loading = False
@@ -274,17 +237,15 @@ class SettingsPanel(QWidget):
         self.thinkingDisplay.setCurrentIndex(max(0, self.thinkingDisplay.findData(display)))
 
     def values(self) -> dict[str, Any]:
-        seed = self.seed.value()
-        return {
-            "temperature": round(self.temperature.value(), 4),
-            "top_p": round(self.topP.value(), 4),
-            "top_k": self.topK.value(),
-            "min_p": round(self.minP.value(), 4),
-            "repeat_penalty": round(self.repeatPenalty.value(), 4),
-            "seed": None if seed == NO_SEED else seed,
-            "max_tokens": self.maxTokens.value(),
-            "context_length": self.contextLength.value(),
-        }
+        values: dict[str, Any] = {}
+        for name, spin in self.fields.items():
+            if name in _NULLABLE and spin.value() == spin.minimum():
+                values[name] = None
+            elif isinstance(spin, QDoubleSpinBox):
+                values[name] = round(spin.value(), 4)
+            else:
+                values[name] = spin.value()
+        return values
 
     def system_prompt(self) -> str | None:
         text = self.systemPrompt.toPlainText()
@@ -364,15 +325,34 @@ class SettingsPanel(QWidget):
         self.thinkingDisplayChanged.emit(str(self.thinkingDisplay.currentData()))
 
 
-_FIELD_NAMES = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repeat_penalty",
-    "seed",
-    "max_tokens",
-    "context_length",
-    "overflow_policy",
-    "show_thinking",
-)
+def _spin(name: str, setting: SamplingSetting) -> QSpinBox | QDoubleSpinBox:
+    low, high, step = setting.spin
+    if not setting.integer:
+        spin = QDoubleSpinBox()
+        spin.setObjectName(_object_name(name))
+        spin.setRange(low, high)
+        spin.setSingleStep(step)
+        spin.setDecimals(2)
+        spin.setKeyboardTracking(False)
+        spin.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
+        return spin
+    # Unset (None) is the value one below the least, shown as the special value text retranslate gives.
+    return _int_spin(name, int(low) - 1 if setting.nullable else int(low), int(high), int(step))
+
+
+def _int_spin(name: str, low: int, high: int, step: int) -> QSpinBox:
+    spin = QSpinBox()
+    spin.setObjectName(_object_name(name))
+    spin.setRange(low, high)
+    spin.setSingleStep(step)
+    spin.setKeyboardTracking(False)
+    spin.setGroupSeparatorShown(True)
+    return spin
+
+
+def _object_name(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(part.capitalize() for part in rest)
+
+
+_FIELD_NAMES = (*GENERATION_KEYS, "overflow_policy", "show_thinking")

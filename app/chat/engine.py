@@ -25,13 +25,14 @@ from app.errors import (
 from app.library.installed import InstalledModel, ModelLibrary
 from app.remote.openai_client import StreamCancel, request_sampling
 from app.remote.registry import Server, ServerRegistry
-from app.settings import Settings, SettingsStore
+from app.settings import GLOBAL_SAMPLING, Settings, SettingsStore
 from inference.client import RunnerClient, RunnerError
 from inference.ggml_backends import CpuKernelMemory
 from inference.gguf import GGUFError, GGUFHeader, read_header
 from inference.hardware import HardwareReport, llama_backend, probe_hardware
 from inference.planner import plan_load, smaller_plan
 from inference.protocol import (
+    SAMPLING_SETTINGS,
     ChatMessage,
     ErrorKind,
     Failed,
@@ -57,7 +58,6 @@ FINAL_WRITE_BACKOFF_S = 0.5
 # Room kept free for the reply when deciding whether a conversation fits: its max_tokens, but never more
 # than this share of the context (a 4,096-token reply would otherwise leave no room in a 4,096 context).
 REPLY_RESERVE_SHARE = 0.25
-SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingParams) if f.name != "ignore_eos")
 
 
 @dataclass(frozen=True)
@@ -220,15 +220,7 @@ class ChatEngine:
         return self._client.loaded
 
     def default_sampling(self) -> SamplingParams:
-        s = self.settings
-        return SamplingParams(
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k,
-            min_p=s.min_p,
-            repeat_penalty=s.repeat_penalty,
-            max_tokens=s.max_tokens,
-        )
+        return SamplingParams(**{name: getattr(self.settings, name) for name in GLOBAL_SAMPLING})
 
     def generation_settings(self, conversation: Conversation | None, model_name: str) -> GenerationSettings:
         """The conversation's own settings, else the model's defaults, else the global settings."""
@@ -240,7 +232,7 @@ class ChatEngine:
             layered.update(conversation.settings)
         system = conversation.system_prompt if conversation is not None else None
         return GenerationSettings(
-            sampling=SamplingParams(**{k: layered[k] for k in SAMPLING_KEYS}),
+            sampling=SamplingParams(**{name: layered[name] for name in SAMPLING_SETTINGS}),
             context_length=int(layered["context_length"]),
             system_prompt=system if system is not None else model_defaults.get("system_prompt"),
         )
@@ -339,8 +331,7 @@ class ChatEngine:
                 smaller = smaller_plan(plan, header) if exc.kind is ErrorKind.OUT_OF_MEMORY else None
                 if smaller is None:
                     if exc.kind is ErrorKind.RUNNER_CRASHED:
-                        # A model that killed the runner is not loaded again automatically at the next start.
-                        self.library.mark_load_error(model.name, exc.message)
+                        self._runner_crashed(model.name, exc.message)
                     summary = f"{model.name} failed to load"
                     notify(ModelStatus(model.name, "failed", backend, summary, exc.message))
                     raise HearthError(f"Could not load '{model.name}': {exc.message}") from exc
@@ -348,6 +339,12 @@ class ChatEngine:
                 detail = f"Not enough memory for {_configuration(plan)}; trying {_configuration(smaller)}."
                 notify(ModelStatus(model.name, "loading", backend, f"Loading {model.name}…", detail))
                 plan = smaller
+
+    def _runner_crashed(self, model_name: str, message: str) -> None:
+        """The runner died (or was stopped for not answering) with `model_name` loaded or loading: nothing is
+        loaded now, and the model is not loaded again on its own at the next start, until a load succeeds."""
+        self.library.mark_load_error(model_name, message)
+        self._model = None
 
     def remote_target(self, model_name: str) -> tuple[Server, str] | None:
         """The server and its model for `SERVER/MODEL`; None for a local model. Raises HearthError for an
@@ -666,8 +663,8 @@ class ChatEngine:
         try:
             return self._client.count_tokens(tuple(messages))
         except RunnerError as exc:
-            if exc.kind is ErrorKind.RUNNER_CRASHED:
-                self._model = None
+            if exc.kind is ErrorKind.RUNNER_CRASHED and self._model is not None:
+                self._runner_crashed(self._model.name, exc.message)
             raise HearthError(f"Could not measure the prompt: {exc.message}") from exc
 
     def _fit(self, messages: list[ChatMessage], has_system: bool, max_tokens: int) -> _Fitted:
@@ -786,9 +783,7 @@ class ChatEngine:
         assert isinstance(outcome, Failed)
         status = "interrupted" if outcome.kind is ErrorKind.RUNNER_CRASHED else "error"
         if outcome.kind is ErrorKind.RUNNER_CRASHED and self._model is not None:
-            # Remembered so the next start does not load it again on its own; a later good load clears it.
-            self.library.mark_load_error(self._model.name, outcome.message)
-            self._model = None
+            self._runner_crashed(self._model.name, outcome.message)
         self._finish(assistant_id, text, status, error=outcome.message, reply=reply)
         return TurnResult(
             conversation_id,
@@ -941,9 +936,7 @@ class ChatEngine:
                         continue
                     ended = isinstance(event, Finished | Failed)
                     if isinstance(event, Failed) and event.kind is ErrorKind.RUNNER_CRASHED:
-                        # As for a turn: not loaded again on its own at the next start.
-                        self.library.mark_load_error(loaded, event.message)
-                        self._model = None
+                        self._runner_crashed(loaded, event.message)
                     yield event
             finally:
                 if not ended:

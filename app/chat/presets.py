@@ -18,14 +18,13 @@ from typing import Any
 
 from app.errors import HearthError
 from app.settings import clean_generation_settings, set_aside, write_text_atomically
-from inference.protocol import SamplingParams
+from inference.protocol import SAMPLING_SETTINGS, SamplingParams
 
 log = logging.getLogger("hearth.presets")
 
 PRESETS_FILE = "presets.json"
 SCHEMA_VERSION = 1
 MAX_NAME_CHARS = 60
-_SAMPLING_KEYS = frozenset(f.name for f in dataclasses.fields(SamplingParams)) - {"ignore_eos"}
 
 
 @dataclass(frozen=True)
@@ -38,9 +37,7 @@ class Preset:
 
     def settings(self) -> dict[str, Any]:
         """As ConversationStore.set_conversation_settings takes them."""
-        values: dict[str, Any] = {
-            k: v for k, v in dataclasses.asdict(self.sampling).items() if k in _SAMPLING_KEYS
-        }
+        values: dict[str, Any] = {name: getattr(self.sampling, name) for name in SAMPLING_SETTINGS}
         if self.context_length is not None:
             values["context_length"] = self.context_length
         return values

@@ -29,6 +29,7 @@ import httpx2
 from app.errors import HearthError
 from app.logging_setup import REDACTED, redact, register_secret
 from inference.protocol import (
+    SAMPLING_SETTINGS,
     ChatMessage,
     ErrorKind,
     Failed,
@@ -458,16 +459,11 @@ class _Exchange:
 
 
 def request_sampling(sampling: SamplingParams) -> dict[str, Any]:
-    """The settings every OpenAI-compatible server understands. top_k, min_p and the repeat penalty are
-    not part of the API (some servers reject unknown fields), so the server's defaults apply to them."""
-    values: dict[str, Any] = {
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "max_tokens": sampling.max_tokens,
-    }
-    if sampling.seed is not None:
-        values["seed"] = sampling.seed
-    return values
+    """The settings every OpenAI-compatible server understands. The others (top_k, min_p, the repeat
+    penalty) are not part of the API (some servers reject unknown fields), so the server's defaults apply to
+    them, as to a setting left unset (no seed: the server chooses one)."""
+    values = {name: getattr(sampling, name) for name, setting in SAMPLING_SETTINGS.items() if setting.openai}
+    return {name: value for name, value in values.items() if value is not None}
 
 
 class ChatStream:

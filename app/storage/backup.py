@@ -19,7 +19,7 @@ from filelock import FileLock, Timeout
 from app.errors import HearthError
 from app.fsutil import make_private_dir, tighten
 from app.paths import HearthPaths
-from app.storage.db import BUSY_TIMEOUT_MS, backup_name, copy_verified, known_revisions
+from app.storage.db import BUSY_TIMEOUT_MS, backup_name, check_file, copy_verified, integrity, known_revisions
 
 log = logging.getLogger("hearth.backup")
 
@@ -85,7 +85,7 @@ def verify_backup(path: Path) -> str:
     _head, known = known_revisions()
     try:
         with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
-            verdict = _integrity(conn)
+            verdict = integrity(conn, thorough=True)
             if verdict != "ok":
                 raise HearthError(f"The backup {path} is damaged ({verdict}); nothing was restored.")
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -148,19 +148,11 @@ def _restore(paths: HearthPaths, backup: Path) -> RestoreResult:
     return RestoreResult(backup, previous, damaged)
 
 
-def _integrity(conn: sqlite3.Connection) -> str:
-    rows = conn.execute("PRAGMA integrity_check").fetchall()
-    messages = [str(row[0]) for row in rows]
-    return "ok" if messages == ["ok"] else "; ".join(messages[:3])
-
-
 def _check_in_place(path: Path) -> str:
     try:
-        with closing(
-            sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-        ) as conn:
-            return _integrity(conn)
-    except sqlite3.DatabaseError as exc:
+        return check_file(path, thorough=True)
+    except sqlite3.Error as exc:
+        # Not even readable: it is moved aside like a damaged one, and the backup takes its place.
         return str(exc)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +25,8 @@ log = logging.getLogger("hearth.db")
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 BUSY_TIMEOUT_MS = 5000
+# What an integrity check reports at most: the first problems say that the file is damaged, and how.
+MAX_FINDINGS = 10
 # Files SQLite keeps next to a database; it creates them with the database file's own mode.
 SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
 
@@ -77,7 +79,7 @@ class Database:
             raise DatabaseError(f"Cannot create the folder {path.parent}: {exc.strerror or exc}.") from exc
         with _user_readable_errors(path):
             if path.exists():
-                verdict = _check_existing_file(path)
+                verdict = check_file(path)
                 if verdict != "ok":
                     raise DamagedDatabase(
                         f"The conversation database {path} is damaged ({verdict}). Hearth has not changed "
@@ -130,10 +132,9 @@ class Database:
     def quick_check(self) -> str:
         """Return "ok", or what SQLite found wrong with the file."""
         try:
-            with self.engine.connect() as conn:
-                return _check_result(conn.exec_driver_sql("PRAGMA quick_check(10)").fetchall())
-        except DBAPIError as exc:
-            return str(exc.orig)
+            return check_file(self.path)
+        except sqlite3.DatabaseError as exc:
+            return str(exc)
 
     def checkpoint(self) -> bool:
         """Copy the WAL into the database file and truncate it to zero bytes.
@@ -192,9 +193,33 @@ def _begin(conn: Connection) -> None:
     conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get(_BEGIN_OPTION, 'DEFERRED')}")
 
 
-def _check_result(rows: Sequence[Sequence[object]]) -> str:
-    messages = [str(row[0]) for row in rows]
+def integrity(conn: sqlite3.Connection, *, thorough: bool = False) -> str:
+    """Return "ok", or what SQLite found wrong with the database (its first MAX_FINDINGS problems).
+
+    `quick_check` by default; `thorough` runs `integrity_check`, which also checks every index against its
+    table (slower: for backups, which are trusted only once it passes). Raises sqlite3.DatabaseError when
+    the file cannot be read as a database at all.
+    """
+    pragma = "integrity_check" if thorough else "quick_check"
+    messages = [str(row[0]) for row in conn.execute(f"PRAGMA {pragma}({MAX_FINDINGS})")]
     return "ok" if messages == ["ok"] else "; ".join(messages)
+
+
+def check_file(path: Path, *, thorough: bool = False) -> str:
+    """`integrity` of the database at `path`, read-only: a damaged file must not be written to, not even by
+    the WAL checkpoint SQLite runs when a read-write connection closes.
+
+    A file SQLite finds damaged or not a database at all gets that as its verdict; raises sqlite3.Error
+    when the file cannot be checked (it cannot be opened, or it is locked).
+    """
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        with closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)) as conn:
+            return integrity(conn, thorough=thorough)
+    except sqlite3.DatabaseError as exc:
+        if _primary_code(exc) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            return str(exc)
+        raise
 
 
 def _primary_code(exc: BaseException | None) -> int | None:
@@ -224,19 +249,6 @@ def _user_readable_errors(path: Path) -> Iterator[None]:
         if translated is None:
             raise
         raise translated from exc
-
-
-def _check_existing_file(path: Path) -> str:
-    # Read-only: a damaged file must not be written to, not even by the WAL checkpoint SQLite runs
-    # when a read-write connection closes.
-    uri = f"{path.as_uri()}?mode=ro"
-    try:
-        with closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)) as conn:
-            return _check_result(conn.execute("PRAGMA quick_check(10)").fetchall())
-    except sqlite3.DatabaseError as exc:
-        if _primary_code(exc) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
-            return str(exc)
-        raise
 
 
 def _keep_private(path: Path) -> None:
@@ -321,8 +333,8 @@ def backup_name(reason: str) -> str:
 
 def copy_verified(source: Path, destination: Path) -> str:
     """Copy a database with SQLite's online backup API (consistent even while it is being written, WAL
-    included) into a self-contained file, owner-only like the database, and return the copy's
-    `integrity_check` verdict."""
+    included) into a self-contained file, owner-only like the database, and return the copy's thorough
+    `integrity` verdict."""
     create_private_file(destination)
     with (
         closing(sqlite3.connect(source, timeout=BUSY_TIMEOUT_MS / 1000)) as original,
@@ -331,7 +343,7 @@ def copy_verified(source: Path, destination: Path) -> str:
         original.backup(copy)
         # A self-contained file, with no -wal or -shm next to it.
         copy.execute("PRAGMA journal_mode=DELETE")
-        return _check_result(copy.execute("PRAGMA integrity_check").fetchall())
+        return integrity(copy, thorough=True)
 
 
 def known_revisions() -> tuple[str, frozenset[str]]:

@@ -14,15 +14,19 @@ import pytest
 from PySide6.QtCore import QCoreApplication, QLocale, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QDoubleSpinBox, QLabel
 from pytestqt.qtbot import QtBot
 
 from app.chat.presets import list_presets
 from app.paths import HearthPaths
 from app.qt.gpu_monitor import GpuMonitor
+from app.settings import GENERATION_KEYS, clean_generation_settings
 from inference.hardware import GpuInfo, HardwareReport
+from inference.protocol import SAMPLING_SETTINGS
 from tests.helpers.ui_fixtures import GuiSession, GuiSessions, click, click_conversation, seed_conversation
 from ui.context_meter import ContextMeter
 from ui.i18n import Translations, resolve_language
+from ui.settings_panel import SettingsPanel
 from ui.status_line import describe_gpu
 from ui.theme import DARK, LIGHT
 
@@ -41,6 +45,12 @@ def session(gui: GuiSessions, home: HearthPaths) -> GuiSession:
     return gui.open(home, preload_model=False)
 
 
+def temperature(panel: SettingsPanel) -> QDoubleSpinBox:
+    spin = panel.fields["temperature"]
+    assert isinstance(spin, QDoubleSpinBox)
+    return spin
+
+
 def test_settings_are_saved_for_the_open_chat(qtbot: QtBot, session: GuiSession) -> None:
     window, store = session.window, session.services.store
     conversation_id = seed_conversation(qtbot, session, "Tuned")
@@ -51,8 +61,8 @@ def test_settings_are_saved_for_the_open_chat(qtbot: QtBot, session: GuiSession)
     qtbot.waitUntil(lambda: "follows the defaults" in panel.scope.text())
 
     panel.systemPrompt.setPlainText("Answer like a pirate.")
-    panel.temperature.setValue(0.3)
-    panel.seed.setValue(1234)
+    temperature(panel).setValue(0.3)
+    panel.fields["seed"].setValue(1234)
     qtbot.waitUntil(lambda: store.get_conversation(conversation_id).settings is not None, timeout=3000)
     conversation = store.get_conversation(conversation_id)
     assert conversation.system_prompt == "Answer like a pirate."
@@ -66,7 +76,7 @@ def test_settings_are_saved_for_the_open_chat(qtbot: QtBot, session: GuiSession)
     qtbot.waitUntil(lambda: panel.systemPrompt.toPlainText() == "")
     click_conversation(qtbot, window, "Tuned")
     qtbot.waitUntil(lambda: panel.systemPrompt.toPlainText() == "Answer like a pirate.")
-    assert panel.temperature.value() == pytest.approx(0.3)
+    assert temperature(panel).value() == pytest.approx(0.3)
     assert panel.scope.text() == "This chat's own settings."
 
     click(panel.resetButton)
@@ -77,7 +87,7 @@ def test_settings_are_saved_for_the_open_chat(qtbot: QtBot, session: GuiSession)
 def test_settings_for_a_new_chat_create_it(qtbot: QtBot, session: GuiSession) -> None:
     window, store = session.window, session.services.store
     click(window.settingsButton)
-    window.settingsPanel.maxTokens.setValue(77)
+    window.settingsPanel.fields["max_tokens"].setValue(77)
     qtbot.waitUntil(lambda: window.current_conversation_id is not None, timeout=3000)
     conversation = store.get_conversation(window.current_conversation_id)  # type: ignore[arg-type]
     assert conversation.settings is not None and conversation.settings["max_tokens"] == 77
@@ -96,14 +106,14 @@ def test_presets_apply_save_and_delete(qtbot: QtBot, session: GuiSession) -> Non
 
     panel.presetPicker.setCurrentIndex(panel.presetPicker.findText("Code"))
     click(panel.applyPreset)
-    assert panel.repeatPenalty.value() == pytest.approx(1.0)
+    assert panel.fields["repeat_penalty"].value() == pytest.approx(1.0)
     assert panel.systemPrompt.toPlainText().startswith("You are a careful programming assistant")
     store = session.services.store
     qtbot.waitUntil(
         lambda: (store.get_conversation(conversation_id).settings or {}).get("repeat_penalty") == 1.0
     )
 
-    panel.temperature.setValue(1.25)
+    temperature(panel).setValue(1.25)
     answers.text = "My preset"
     click(panel.savePreset)
     qtbot.waitUntil(lambda: "My preset" in [p.name for p in panel.presets()], timeout=3000)
@@ -118,6 +128,28 @@ def test_presets_apply_save_and_delete(qtbot: QtBot, session: GuiSession) -> Non
     assert "My preset" not in [p.name for p in list_presets(home)]
 
 
+def test_every_sampling_setting_has_a_labelled_control_within_its_range(qtbot: QtBot) -> None:
+    panel = SettingsPanel()
+    qtbot.addWidget(panel)
+    assert list(panel.fields) == list(GENERATION_KEYS)
+    for name, setting in SAMPLING_SETTINGS.items():
+        spin = panel.fields[name]
+        label = panel.form.labelForField(spin)
+        assert isinstance(label, QLabel) and label.text(), name
+        assert spin.maximum() == setting.spin[1]
+        least = spin.minimum() + 1 if setting.nullable else spin.minimum()
+        assert least == setting.spin[0] and setting.allows(least) and setting.allows(spin.maximum()), name
+
+    # Unset (no seed) and out-of-range values come back as what the settings accept.
+    panel.load("", None, {"seed": None, "top_k": 10**12}, "drop_oldest")
+    values = panel.values()
+    assert values["seed"] is None and values["top_k"] == 1000
+    assert panel.fields["seed"].text() == "Random"
+    assert clean_generation_settings(values) == values
+    panel.load("", None, {"seed": 7}, "drop_oldest")
+    assert panel.values()["seed"] == 7
+
+
 def test_model_defaults_and_the_overflow_policy_are_saved(qtbot: QtBot, session: GuiSession) -> None:
     window, services = session.window, session.services
     click(window.settingsButton)
@@ -125,7 +157,7 @@ def test_model_defaults_and_the_overflow_policy_are_saved(qtbot: QtBot, session:
     model = window.modelPicker.currentData()
     assert isinstance(model, str)
     panel.systemPrompt.setPlainText("Be brief.")
-    panel.topK.setValue(12)
+    panel.fields["top_k"].setValue(12)
     click(panel.saveDefaults)
     defaults = services.settings.model_defaults[model]
     assert defaults["top_k"] == 12 and defaults["system_prompt"] == "Be brief."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import textwrap
@@ -20,8 +21,11 @@ from sqlalchemy import event, text
 
 import app.storage.db as db_module
 from app.conversations.store import ConversationStore
-from app.errors import DatabaseError
-from app.storage.db import Database
+from app.doctor import database_check
+from app.errors import DamagedDatabase, DatabaseError, HearthError
+from app.paths import HearthPaths
+from app.storage.backup import create_backup, restore_backup
+from app.storage.db import Database, check_file
 from app.storage.orm import SEARCH_INDEX_TABLES, Base
 
 HEAD = ScriptDirectory.from_config(db_module._alembic_config()).get_current_head()
@@ -365,12 +369,8 @@ def test_failed_migration_of_a_fresh_database_leaves_nothing_behind(
     assert not (home / "backups").exists()
 
 
-def test_backup_that_fails_verification_stops_the_migration(
-    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path, backups = home / "hearth.sqlite3", home / "backups"
-    populate(path, backups)
-    # An index that no longer matches its table: quick_check does not look, integrity_check does.
+def damage_an_index(path: Path) -> None:
+    """An index that no longer matches its table: quick_check does not look, integrity_check does."""
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("PRAGMA writable_schema=ON")
         conn.execute(
@@ -378,6 +378,14 @@ def test_backup_that_fails_verification_stops_the_migration(
             "WHERE name = 'ix_messages_parent_id'"
         )
         conn.commit()
+
+
+def test_backup_that_fails_verification_stops_the_migration(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, backups = home / "hearth.sqlite3", home / "backups"
+    populate(path, backups)
+    damage_an_index(path)
     monkeypatch.setattr(
         db_module, "MIGRATIONS_DIR", migrations_with(tmp_path, "9001_archived.py", REBUILD_PARENT)
     )
@@ -386,3 +394,31 @@ def test_backup_that_fails_verification_stops_the_migration(
         Database.open(path, backups)
     assert version_of(path) == HEAD
     assert list(backups.iterdir()) == []
+
+
+def test_opening_diagnosing_and_restoring_share_one_verdict(home: Path) -> None:
+    paths = HearthPaths(home)
+    populate(paths.db_path, paths.backups_dir)
+    backup = create_backup(paths)
+    damage_an_index(paths.db_path)
+    # Quick for opening and diagnosing; backups and restores look at every index too.
+    assert check_file(paths.db_path) == "ok"
+    assert database_check(paths)["ok"] is True
+    found = check_file(paths.db_path, thorough=True)
+    assert found != "ok" and "ix_messages_parent_id" in found
+    with pytest.raises(HearthError, match=f"failed verification \\({re.escape(found)}\\)"):
+        create_backup(paths)
+
+    paths.db_path.write_bytes(b"not a database at all" * 100)
+    assert check_file(paths.db_path) == check_file(paths.db_path, thorough=True) == "file is not a database"
+    assert database_check(paths) | {"path": ""} == {
+        "path": "",
+        "exists": True,
+        "ok": False,
+        "result": "file is not a database",
+    }
+    with pytest.raises(DamagedDatabase, match=r"is damaged \(file is not a database\)"):
+        Database.open(paths.db_path, paths.backups_dir)
+    restored = restore_backup(paths, backup)
+    assert restored.previous_damaged
+    assert check_file(paths.db_path, thorough=True) == "ok"
