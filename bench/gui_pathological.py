@@ -252,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             f"| {labels[kind]}: showing it | {shown['p50_ms']:.2f} ms | {shown['p99_ms']:.2f} ms "
             f"| {shown['max_ms']:.2f} ms "
-            f"| its end on screen after {measured['end_on_screen_s'] * 1000:,.0f} ms, "
-            f"all {measured['pieces']} blocks laid out after {measured['laid_out_s']:.1f} s |"
+            f"| its end on screen after {measured['end_on_screen_s'] * 1000:,.0f} ms, all of it "
+            f"({measured['pieces']} blocks) laid out after {measured['laid_out_s']:.1f} s |"
         )
         rows.append(
             f"| {labels[kind]}: resizing ({args.resizes} widths, {RESIZE_EVERY_MS} ms apart) "
