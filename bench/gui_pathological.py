@@ -274,8 +274,8 @@ def render_table(data: Mapping[str, Any]) -> str:
         rows.append(
             f"| {labels[kind]}: showing it | {shown['p50_ms']:.2f} ms | {shown['p99_ms']:.2f} ms "
             f"| {shown['max_ms']:.2f} ms "
-            f"| its end on screen after {measured['end_on_screen_s'] * 1000:,.0f} ms, "
-            f"all {measured['pieces']} blocks laid out after {measured['laid_out_s']:.1f} s |"
+            f"| its end on screen after {measured['end_on_screen_s'] * 1000:,.0f} ms, all of it "
+            f"({measured['pieces']} blocks) laid out after {measured['laid_out_s']:.1f} s |"
         )
         rows.append(
             f"| {labels[kind]}: resizing ({data['resizes']} widths, {data['resize_every_ms']} ms apart) "
