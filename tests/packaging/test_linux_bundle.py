@@ -161,7 +161,7 @@ def test_deb_metadata_and_layout(artifacts: tuple[Path, Path], deb_root: Path) -
     assert check.returncode == 0, check.stderr
     assert "sapphirerapids" in check.stdout and "x64" in check.stdout
     assert (internal / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file()
-    assert (internal / "app" / "migrations" / "env.py").is_file()
+    assert (internal / "app" / "storage" / "migrations" / "env.py").is_file()
     # Only the Qt that Hearth uses.
     qt_libs = {p.name for p in (internal / "PySide6" / "Qt" / "lib").iterdir()}
     unused = ("libQt6Qml", "libQt6Quick", "libQt6WebEngine", "libQt6Svg")
