@@ -13,7 +13,13 @@ from typing import Any
 
 from app.chat.reasoning import DEFAULT_MARKERS, ReasoningMarkers, ReplyText, Split, markers_for_template
 from app.chat.runner_queue import Job, RunnerQueue
-from app.conversations.store import Conversation, ConversationStore, Message
+from app.conversations.store import (
+    Conversation,
+    ConversationStore,
+    Message,
+    ReplyProvenance,
+    TurnStart,
+)
 from app.errors import (
     ContextOverflow,
     DatabaseError,
@@ -551,19 +557,23 @@ class ChatEngine:
         system = system_prompt if system_prompt is not None else resolved.system_prompt
         fitted = self._fit(self._prompt_messages(system, path, prompt), bool(system), sampling.max_tokens)
         self._check_policy(fitted)
-        conversation_id, user_id = self._store_prompt(conversation, path, prompt, system_prompt, model.name)
         note = fitted.note()
-        assistant = self.store.start_assistant_message(
-            conversation_id,
-            model_name=model.name,
-            model_sha256=model.sha256,
-            sampling=dataclasses.asdict(sampling),
-            seed=sampling.seed,
-            parent_id=user_id,
-            template=fitted.template_source,
-            quantization=model.quantization,
-            context_note=note,
+        turn = self._begin_turn(
+            conversation,
+            path,
+            prompt,
+            system_prompt,
+            ReplyProvenance(
+                model.name,
+                model.sha256,
+                dataclasses.asdict(sampling),
+                sampling.seed,
+                template=fitted.template_source,
+                quantization=model.quantization,
+                context_note=note,
+            ),
         )
+        conversation_id, user_id, assistant = turn.conversation_id, turn.prompt_id, turn.reply
         callbacks.started(conversation_id, user_id, assistant.id)
         if note:
             callbacks.context_note(assistant.id, note)
@@ -578,28 +588,23 @@ class ChatEngine:
             callbacks.model_status(self.status())
         return result
 
-    def _store_prompt(
+    def _begin_turn(
         self,
         conversation: Conversation | None,
         path: list[Message],
         prompt: str | None,
         system_prompt: str | None,
-        model_name: str,
-    ) -> tuple[int, int]:
-        """Create the conversation if needed and add the user's prompt; returns (conversation, prompt) ids."""
-        if conversation is None:
-            conversation = self.store.create_conversation(system_prompt=system_prompt)
+        reply: ReplyProvenance,
+    ) -> TurnStart:
         # Explicit parents: the reply follows exactly the messages its prompt was built from, even if the
         # user switches branches meanwhile.
-        after = path[-1].id if path else None
-        if prompt is not None:
-            user_id = self.store.add_message(conversation.id, "user", prompt, parent_id=after).id
-            self.store.auto_title(conversation.id, prompt)
-        else:
-            assert after is not None
-            user_id = after
-        self.store.set_conversation_model(conversation.id, model_name)
-        return conversation.id, user_id
+        return self.store.begin_turn(
+            conversation.id if conversation else None,
+            prompt=prompt,
+            after=path[-1].id if path else None,
+            system_prompt=system_prompt,
+            reply=reply,
+        )
 
     def _reply_remote(
         self,
@@ -629,20 +634,22 @@ class ChatEngine:
             remote_model, messages, sampling, request_id=request.request_id, cancel=self._remote_cancel
         )
         try:
-            conversation_id, user_id = self._store_prompt(
-                conversation, path, prompt, system_prompt, model_name
-            )
-            assistant = self.store.start_assistant_message(
-                conversation_id,
-                model_name=model_name,
-                model_sha256=None,
+            turn = self._begin_turn(
+                conversation,
+                path,
+                prompt,
+                system_prompt,
                 # What the server was sent: it applies its own defaults for the rest.
-                sampling=request_sampling(sampling),
-                seed=sampling.seed,
-                parent_id=user_id,
-                server_name=server.name,
-                server_url=server.url,
+                ReplyProvenance(
+                    model_name,
+                    None,
+                    request_sampling(sampling),
+                    sampling.seed,
+                    server_name=server.name,
+                    server_url=server.url,
+                ),
             )
+            conversation_id, user_id, assistant = turn.conversation_id, turn.prompt_id, turn.reply
             callbacks.started(conversation_id, user_id, assistant.id)
             # Servers send `reasoning_content` wrapped in <think> … </think>; a server that pre-fills <think>
             # for an R1 model but streams its raw text sends only the closing marker.

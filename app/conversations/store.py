@@ -12,6 +12,7 @@ import enum
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -49,7 +50,9 @@ __all__ = [
     "ImportReport",
     "Message",
     "ParentChoice",
+    "ReplyProvenance",
     "SearchHit",
+    "TurnStart",
     "export_filename",
     "match_expression",
     "message_record",
@@ -86,6 +89,46 @@ def _one_line_title(text_value: str) -> str:
     if space >= AUTO_TITLE_CHARS // 2:
         cut = cut[:space]
     return cut.rstrip() + "…"
+
+
+@dataclass(frozen=True)
+class ReplyProvenance:
+    """What a reply is made with, recorded on its row before the first token. A reply from a server has no
+    model file (`model_sha256` None) and names the server instead."""
+
+    model_name: str
+    model_sha256: str | None
+    sampling: Mapping[str, Any]
+    seed: int | None
+    template: str | None = None
+    quantization: str | None = None
+    context_note: str | None = None
+    server_name: str | None = None
+    server_url: str | None = None
+
+    def row(self, conversation_id: int) -> MessageRow:
+        return MessageRow(
+            conversation_id=conversation_id,
+            role="assistant",
+            content="",
+            status="streaming",
+            model_name=self.model_name,
+            model_sha256=self.model_sha256,
+            sampling_json=json.dumps(dict(self.sampling), sort_keys=True),
+            seed=self.seed,
+            template=self.template,
+            quantization=self.quantization,
+            context_note=self.context_note,
+            server_name=self.server_name,
+            server_url=self.server_url,
+        )
+
+
+@dataclass(frozen=True)
+class TurnStart:
+    conversation_id: int
+    prompt_id: int  # the user's new message, or the message answered again
+    reply: Message
 
 
 class ConversationStore:
@@ -167,14 +210,17 @@ class ConversationStore:
 
     def auto_title(self, conversation_id: int, first_prompt: str) -> Conversation:
         """Title the conversation after its first prompt, unless the user already named it."""
-        title = _one_line_title(first_prompt)
         with self._db.session() as session:
-            row = self._row(session, conversation_id)
-            if row.title == DEFAULT_TITLE and title:
-                row.title = title
-                row.updated_at = _now()
-                session.flush()
+            self._auto_title(self._row(session, conversation_id), first_prompt, _now())
+            session.flush()
             return records.get_conversation(session, conversation_id)
+
+    @staticmethod
+    def _auto_title(row: ConversationRow, first_prompt: str, now: datetime) -> None:
+        title = _one_line_title(first_prompt)
+        if row.title == DEFAULT_TITLE and title:
+            row.title = title
+            row.updated_at = now
 
     def trash_conversation(self, conversation_id: int) -> None:
         """Hide the conversation (undo with restore_conversation); purge_trashed deletes it for good."""
@@ -330,27 +376,55 @@ class ConversationStore:
         server_name: str | None = None,
         server_url: str | None = None,
     ) -> Message:
-        """The reply's row exists from before the first token, so a crash mid-reply keeps what came.
-
-        A reply from a server has no model file (`model_sha256` None) and names the server instead."""
-        return self._insert_message(
-            MessageRow(
-                conversation_id=conversation_id,
-                role="assistant",
-                content="",
-                status="streaming",
-                model_name=model_name,
-                model_sha256=model_sha256,
-                sampling_json=json.dumps(dict(sampling), sort_keys=True),
-                seed=seed,
-                template=template,
-                quantization=quantization,
-                context_note=context_note,
-                server_name=server_name,
-                server_url=server_url,
-            ),
-            parent_id,
+        """The reply's row exists from before the first token, so a crash mid-reply keeps what came."""
+        provenance = ReplyProvenance(
+            model_name,
+            model_sha256,
+            sampling,
+            seed,
+            template=template,
+            quantization=quantization,
+            context_note=context_note,
+            server_name=server_name,
+            server_url=server_url,
         )
+        return self._insert_message(provenance.row(conversation_id), parent_id)
+
+    def begin_turn(
+        self,
+        conversation_id: int | None,
+        *,
+        prompt: str | None,
+        after: int | None,
+        system_prompt: str | None,
+        reply: ReplyProvenance,
+    ) -> TurnStart:
+        """Everything a turn writes before its first token, in one transaction: the conversation (when
+        `conversation_id` is None), the user's prompt after `after` (None: answer `after` again), the
+        title from the first prompt, the model, and the reply's streaming row. A failure leaves nothing."""
+        now = _now()
+        with self._db.session() as session:
+            if conversation_id is None:
+                conversation = ConversationRow(
+                    title=DEFAULT_TITLE, system_prompt=system_prompt, created_at=now, updated_at=now
+                )
+                session.add(conversation)
+                session.flush()
+            else:
+                conversation = self._row(session, conversation_id)
+            if prompt is not None:
+                prompt_row = MessageRow(
+                    conversation_id=conversation.id, role="user", content=prompt, status="complete"
+                )
+                prompt_id = self._insert_in(session, conversation, prompt_row, after, now)
+                self._auto_title(conversation, prompt, now)
+            else:
+                if after is None:
+                    raise ValueError("answering again needs the message to answer")
+                prompt_id = after
+            conversation.model_name = reply.model_name
+            reply_id = self._insert_in(session, conversation, reply.row(conversation.id), prompt_id, now)
+            return TurnStart(conversation.id, prompt_id, self._one_message(session, reply_id))
 
     def flush_streaming_text(self, message_id: int, content: str, *, reasoning: str | None = None) -> bool:
         """Save the reply (answer and reasoning) so far. False when the message is no longer streaming (or
@@ -527,23 +601,32 @@ class ConversationStore:
         session.execute(text("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')"))
 
     def _insert_message(self, row: MessageRow, parent: ParentChoice) -> Message:
-        now = _now()
-        row.created_at = row.updated_at = now
         with self._db.session() as session:
             conversation = self._row(session, row.conversation_id)
-            if parent is CURRENT_LEAF:
-                row.parent_id = self._current_leaf(session, conversation)
-            elif parent is not None:
-                owner = session.scalar(select(MessageRow.conversation_id).where(MessageRow.id == parent))
-                if owner != row.conversation_id:
-                    raise records.message_not_found(parent)
-                row.parent_id = parent
-            conversation.updated_at = now
-            session.add(row)
-            session.flush()
-            conversation.current_leaf_id = row.id
-            session.flush()
-            return self._one_message(session, row.id)
+            return self._one_message(session, self._insert_in(session, conversation, row, parent, _now()))
+
+    def _insert_in(
+        self,
+        session: Session,
+        conversation: ConversationRow,
+        row: MessageRow,
+        parent: ParentChoice,
+        now: datetime,
+    ) -> int:
+        row.created_at = row.updated_at = now
+        if parent is CURRENT_LEAF:
+            row.parent_id = self._current_leaf(session, conversation)
+        elif parent is not None:
+            owner = session.scalar(select(MessageRow.conversation_id).where(MessageRow.id == parent))
+            if owner != row.conversation_id:
+                raise records.message_not_found(parent)
+            row.parent_id = parent
+        conversation.updated_at = now
+        session.add(row)
+        session.flush()
+        conversation.current_leaf_id = row.id
+        session.flush()
+        return row.id
 
     @staticmethod
     def _current_leaf(session: Session, conversation: ConversationRow) -> int | None:

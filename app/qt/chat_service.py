@@ -46,7 +46,7 @@ class _SignalCallbacks(TurnCallbacks):
 
 class ChatService(QObject):
     """Signals are emitted from the inference thread (Qt queues them to receivers on the GUI thread), except
-    the end of a turn (busyChanged(False), conversationsChanged and an unexpected failure), which the GUI
+    the end of a turn (busyChanged(False) and an unexpected failure), which the GUI
     thread emits once everything the turn sent has arrived."""
 
     replyStarted = Signal(int, int, int)
@@ -194,8 +194,9 @@ class ChatService(QObject):
             self.replyFailed.emit(-1, "invalid_request", str(exc))
 
     def _turn_ended(self, _result: None) -> None:
+        # The conversation list changed when the turn started (replyStarted comes with conversationsChanged)
+        # and a turn that never started stored nothing: no second reload.
         self._set_busy(False)
-        self.conversationsChanged.emit()
 
     def _measure(self) -> None:
         with self._measure_lock:

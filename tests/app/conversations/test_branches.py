@@ -232,6 +232,8 @@ def test_chat_service_regenerate_and_edit_report_like_send(core: Core, qtbot: Qt
     name = starter_name(core)
     started: list[tuple[int, int, int]] = []
     service.replyStarted.connect(lambda *ids: started.append(ids))
+    list_changes: list[None] = []
+    service.conversationsChanged.connect(lambda: list_changes.append(None))
     try:
         with qtbot.waitSignal(service.replyFinished, timeout=REPLY_TIMEOUT_MS):
             service.send(None, "Count to three.", name, GREEDY)
@@ -250,10 +252,13 @@ def test_chat_service_regenerate_and_edit_report_like_send(core: Core, qtbot: Qt
         assert new_user != user.id
         assert core.store.get_message(new_user).content == "Count to four."
         qtbot.waitUntil(lambda: not service.busy)
+        # The conversation list is read again once per reply, when it starts.
+        assert len(list_changes) == len(started) == 3
 
         with qtbot.waitSignal(service.replyFailed, timeout=REPLY_TIMEOUT_MS) as failed:
             service.regenerate(999_999, name)
         assert failed.args[:2] == [-1, "invalid_request"]
         qtbot.waitUntil(lambda: not service.busy)
+        assert len(list_changes) == 3
     finally:
         service.shutdown()

@@ -42,7 +42,6 @@ def test_an_unexpected_error_fails_the_reply_before_the_turn_ends(qtbot: QtBot) 
         ("busyChanged", True),
         ("replyFailed", -1, "internal", "Unexpected error: the runner's pipe broke"),
         ("busyChanged", False),
-        ("conversationsChanged",),
     ]
 
 
