@@ -43,6 +43,7 @@ What llama.cpp allocates, and how it is modelled here:
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 import re
@@ -81,14 +82,26 @@ MIN_RECOMMENDED_CONTEXT: Final = 4096
 # llama.cpp takes 4-byte floats for every activation in the compute graph.
 _F32: Final = 4
 
-_VERDICT_RANK: Final[Mapping[str, int]] = {"gpu": 3, "partial": 2, "cpu": 1, "too_large": 0}
+
+class Fit(enum.StrEnum):
+    """Where a file fits (FitEstimate.verdict): every layer on the GPU, some of them, every layer but the
+    routed experts (FitEstimate.experts_on_cpu), in system memory only, or nowhere."""
+
+    GPU = "gpu"
+    PARTIAL = "partial"
+    EXPERTS_CPU = "experts_cpu"
+    CPU = "cpu"
+    TOO_LARGE = "too_large"
+
+
+_VERDICT_RANK: Final[Mapping[Fit, int]] = {Fit.GPU: 3, Fit.PARTIAL: 2, Fit.CPU: 1, Fit.TOO_LARGE: 0}
 # What may be given up to reach each placement, in order: nothing, then KV precision (q8_0 costs ~0.005
 # perplexity), then context. A few layers on the GPU are not worth a shorter context, so partial offload
 # never reduces it.
-_LADDER: Final[Mapping[str, tuple[str, ...]]] = {
-    "gpu": ("f16", "q8_0", "reduced"),
-    "partial": ("f16", "q8_0"),
-    "cpu": ("f16", "q8_0", "reduced"),
+_LADDER: Final[Mapping[Fit, tuple[str, ...]]] = {
+    Fit.GPU: ("f16", "q8_0", "reduced"),
+    Fit.PARTIAL: ("f16", "q8_0"),
+    Fit.CPU: ("f16", "q8_0", "reduced"),
 }
 
 
@@ -226,9 +239,7 @@ class MemoryBreakdown:
 
 @dataclass(frozen=True)
 class FitEstimate:
-    # "gpu" | "partial" | "cpu" | "too_large"; "experts_cpu" for `experts_on_cpu` (and `best_placement` when
-    # that is the one)
-    verdict: str
+    verdict: Fit  # EXPERTS_CPU only for `experts_on_cpu` (and `best_placement` when that is the one)
     n_gpu_layers: int  # layers offloaded (0 for cpu)
     n_layers: int
     context: int  # context the estimate is for
@@ -241,7 +252,7 @@ class FitEstimate:
     quantization: str = ""
     gpu_name: str | None = None
     flash_attn: bool = False
-    # For a mixture-of-experts model that does not fit fully on the GPU: the placement (verdict "experts_cpu")
+    # For a mixture-of-experts model that does not fit fully on the GPU: the placement (verdict EXPERTS_CPU)
     # that offloads everything but the routed experts, when that fits.
     experts_on_cpu: FitEstimate | None = None
 
@@ -259,7 +270,7 @@ class FitEstimate:
     def llama_n_gpu_layers(self) -> int:
         """The value for llama.cpp's `n_gpu_layers`: one more than the layer count puts the output matrix on
         the GPU too, which is what full offload means."""
-        return self.n_layers + 1 if self.verdict in ("gpu", "experts_cpu") else self.n_gpu_layers
+        return self.n_layers + 1 if self.verdict in (Fit.GPU, Fit.EXPERTS_CPU) else self.n_gpu_layers
 
 
 @dataclass(frozen=True)
@@ -466,7 +477,7 @@ def estimate_fit(
     """Where this file fits at `context` tokens: fully on the GPU with the most free memory, k of its layers
     there, in system memory only, or nowhere. `gpu_offload=False` plans for a llama.cpp build without GPU
     support. `n_gpu_layers` (llama.cpp's meaning) checks one fixed placement instead of choosing: the verdict
-    is then that placement's, or "too_large". Flash attention is assumed on the GPU and whenever the KV cache
+    is then that placement's, or TOO_LARGE. Flash attention is assumed on the GPU and whenever the KV cache
     is quantized (llama.cpp needs it for a quantized V cache), off otherwise, as inference.planner loads
     models."""
     if context < 1:
@@ -488,28 +499,30 @@ def estimate_fit(
         layers = min(n_gpu_layers, p.n_layers + 1)
         fixed = fit.placement(ctx, layers)
         if not fit.fits(fixed):
-            return fit.result("too_large", min(layers, p.n_layers), ctx, fixed, None, notes)
+            return fit.result(Fit.TOO_LARGE, min(layers, p.n_layers), ctx, fixed, None, notes)
         if layers > p.n_layers:
-            return fit.result("gpu", p.n_layers, ctx, fixed, 1.0, notes)
-        return fit.result("partial", layers, ctx, fixed, fit.speed_ratio(layers), notes)
+            return fit.result(Fit.GPU, p.n_layers, ctx, fixed, 1.0, notes)
+        return fit.result(Fit.PARTIAL, layers, ctx, fixed, fit.speed_ratio(layers), notes)
     alternative: FitEstimate | None = None
     if gpu is not None and n_gpu_layers is None:
         full = fit.placement(ctx, p.n_layers + 1)
         if fit.fits(full):
-            return fit.result("gpu", p.n_layers, ctx, full, 1.0, notes)
+            return fit.result(Fit.GPU, p.n_layers, ctx, full, 1.0, notes)
         alternative = _experts_on_cpu(fit, ctx)
         # More layers on the GPU never need less VRAM, so the largest k that fits is found by bisection.
         k = _largest(0, p.n_layers, lambda layers: fit.gpu_fits(fit.placement(ctx, layers)))
         if k > 0:
             partial = fit.placement(ctx, k)
             if fit.ram_fits(partial):
-                return _offer(fit.result("partial", k, ctx, partial, fit.speed_ratio(k), notes), alternative)
+                return _offer(
+                    fit.result(Fit.PARTIAL, k, ctx, partial, fit.speed_ratio(k), notes), alternative
+                )
     cpu = fit.placement(ctx, 0)
     if fit.ram_fits(cpu):
         if gpu is None and hardware.gpu_reason and gpu_offload:
             notes.append(f"no GPU: {hardware.gpu_reason}")
-        return _offer(fit.result("cpu", 0, ctx, cpu, None, notes), alternative)
-    return _offer(fit.result("too_large", 0, ctx, cpu, None, notes), alternative)
+        return _offer(fit.result(Fit.CPU, 0, ctx, cpu, None, notes), alternative)
+    return _offer(fit.result(Fit.TOO_LARGE, 0, ctx, cpu, None, notes), alternative)
 
 
 def _faster(a: FitEstimate, b: FitEstimate) -> bool:
@@ -522,14 +535,14 @@ def _offer(estimate: FitEstimate, alternative: FitEstimate | None) -> FitEstimat
         return estimate
     speed = f"about {alternative.expected_speed_ratio or 0.0:.0%} of full-offload speed"
     experts = "experts in system memory (llama.cpp's --cpu-moe)"
-    if estimate.verdict == "partial":
+    if estimate.verdict is Fit.PARTIAL:
         layers = (
             f"{estimate.expected_speed_ratio or 0.0:.0%} with {estimate.n_gpu_layers}/{estimate.n_layers} "
             "whole layers on the GPU"
         )
         verb = "" if _faster(alternative, estimate) else "would give "
         note = f"{experts}: {verb}{speed}, against {layers}"
-    elif estimate.verdict == "cpu":
+    elif estimate.verdict is Fit.CPU:
         note = f"{experts}: {speed}, faster than the CPU alone"
     else:
         note = f"{experts}: {speed}, the only placement that fits"
@@ -545,7 +558,7 @@ def _experts_on_cpu(fit: _Fitter, ctx: int) -> FitEstimate | None:
     if not fit.fits(placement):
         return None
     speed = fit.speed_ratio(p.n_layers + 1, experts_on_cpu=True)
-    return fit.result("experts_cpu", p.n_layers, ctx, placement, speed, [])
+    return fit.result(Fit.EXPERTS_CPU, p.n_layers, ctx, placement, speed, [])
 
 
 def fit_with_policy(
@@ -579,11 +592,11 @@ def fit_with_policy(
 
     first = estimate(context, "f16")
     has_gpu = gpu_offload and _best_gpu(hardware) is not None
-    goals: tuple[str, ...] = ("gpu", "partial", "cpu") if has_gpu else ("cpu",)
+    goals: tuple[Fit, ...] = (Fit.GPU, Fit.PARTIAL, Fit.CPU) if has_gpu else (Fit.CPU,)
     ladder = _LADDER
     if has_gpu and n_gpu_layers is not None and n_gpu_layers > 0:
-        goals = ("gpu",) if n_gpu_layers > p.n_layers else ("partial",)
-        ladder = {goal: _LADDER["gpu"] for goal in goals}
+        goals = (Fit.GPU,) if n_gpu_layers > p.n_layers else (Fit.PARTIAL,)
+        ladder = {goal: _LADDER[Fit.GPU] for goal in goals}
     for goal in goals:
         for step in ladder[goal]:
             found = _ladder_step(estimate, first, goal, floor, step)
@@ -610,7 +623,7 @@ def recommend(
     profiles = [profile_model(header) for header in candidates]
     floor = min(context, MIN_RECOMMENDED_CONTEXT)
     has_gpu = gpu_offload and _best_gpu(hardware) is not None
-    goal = "gpu" if has_gpu else "cpu"
+    goal = Fit.GPU if has_gpu else Fit.CPU
 
     def estimate(i: int, ctx: int, kv_type: str) -> FitEstimate:
         return estimate_fit(
@@ -631,15 +644,15 @@ def recommend(
         # costs speed.
         placed = [estimate.best_placement for estimate in first]
         for tier in tiers:
-            partial = [i for i in tier if placed[i].verdict in ("partial", "experts_cpu")]
+            partial = [i for i in tier if placed[i].verdict in (Fit.PARTIAL, Fit.EXPERTS_CPU)]
             if partial:
                 best = max(partial, key=lambda i: (placed[i].expected_speed_ratio or 0.0, -tier.index(i)))
                 return _recommended(best, placed[best], profiles[best], hardware, context)
         for tier in tiers:
-            cpu = [i for i in tier if first[i].verdict == "cpu"]
+            cpu = [i for i in tier if first[i].verdict is Fit.CPU]
             if cpu:
                 return _recommended(cpu[0], first[cpu[0]], profiles[cpu[0]], hardware, context)
-    if any(first[i].verdict != "too_large" for i in range(len(profiles)) if i not in usable):
+    if any(first[i].verdict is not Fit.TOO_LARGE for i in range(len(profiles)) if i not in usable):
         why = (
             "Only Q2 files fit here, and at 7–8B parameters they lose too much quality "
             "(Q2_K: +56% perplexity on Llama-3-8B)."
@@ -742,23 +755,17 @@ class _Fitter:
         return total / (on_gpu + GPU_TO_CPU_BANDWIDTH * on_cpu) if total else 1.0
 
     def result(
-        self,
-        verdict: str,
-        k: int,
-        ctx: int,
-        m: MemoryBreakdown,
-        speed: float | None,
-        notes: list[str],
+        self, verdict: Fit, k: int, ctx: int, m: MemoryBreakdown, speed: float | None, notes: list[str]
     ) -> FitEstimate:
-        experts_on_cpu = verdict == "experts_cpu"
-        llama_layers = self.p.n_layers + 1 if verdict == "gpu" or experts_on_cpu else k
+        experts_on_cpu = verdict is Fit.EXPERTS_CPU
+        llama_layers = self.p.n_layers + 1 if verdict is Fit.GPU or experts_on_cpu else k
         return FitEstimate(
             verdict=verdict,
             n_gpu_layers=k,
             n_layers=self.p.n_layers,
             context=ctx,
             max_context=0
-            if verdict == "too_large"
+            if verdict is Fit.TOO_LARGE
             else self.max_context(llama_layers, experts_on_cpu=experts_on_cpu),
             kv_type=self.kv_type,
             gpu_bytes=m.gpu_total,
@@ -774,7 +781,7 @@ class _Fitter:
 def _ladder_step(
     estimate: Callable[[int, str], FitEstimate],
     first: FitEstimate,
-    goal: str,
+    goal: Fit,
     floor: int,
     step: str,
 ) -> FitEstimate | None:
@@ -803,22 +810,22 @@ def _ladder_step(
 def _recommended(
     index: int, estimate: FitEstimate, p: ModelProfile, hardware: HardwareReport, context: int
 ) -> Recommendation:
-    quant = p.quantization
+    quant, gpu = p.quantization, estimate.gpu_name
     where = {
-        "gpu": f"fits fully on {estimate.gpu_name}",
-        "partial": f"runs with {estimate.n_gpu_layers} of {estimate.n_layers} layers on {estimate.gpu_name}",
-        "experts_cpu": f"runs with every layer on {estimate.gpu_name} and its experts in system memory",
-        "cpu": "runs in system memory",
+        Fit.GPU: f"fits fully on {gpu}",
+        Fit.PARTIAL: f"runs with {estimate.n_gpu_layers} of {estimate.n_layers} layers on {gpu}",
+        Fit.EXPERTS_CPU: f"runs with every layer on {gpu} and its experts in system memory",
+        Fit.CPU: "runs in system memory",
     }[estimate.verdict]
     reason = f"{quant} {where} at {estimate.context} tokens"
     if estimate.kv_type != "f16":
         reason += f" with a {estimate.kv_type} KV cache"
     warnings: list[str] = []
-    if estimate.verdict in ("partial", "experts_cpu") and estimate.expected_speed_ratio is not None:
+    if estimate.verdict in (Fit.PARTIAL, Fit.EXPERTS_CPU) and estimate.expected_speed_ratio is not None:
         reason += f", at about {estimate.expected_speed_ratio:.0%} of full-offload speed"
-        left = "layers" if estimate.verdict == "partial" else "experts"
+        left = "layers" if estimate.verdict is Fit.PARTIAL else "experts"
         warnings.append(f"No file fits fully on the GPU; {left} left on the CPU slow generation down.")
-    if estimate.verdict == "cpu" and _best_gpu(hardware) is not None:
+    if estimate.verdict is Fit.CPU and _best_gpu(hardware) is not None:
         warnings.append("No file fits on the GPU even in part; generation runs on the CPU.")
     if estimate.context < min(context, p.n_ctx_train or context):
         warnings.append(f"Context reduced from {context} to {estimate.context} tokens to fit.")

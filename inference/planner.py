@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from inference.estimator import (
     DEFAULT_UBATCH,
+    Fit,
     FitEstimate,
     fit_with_policy,
     predict_memory,
@@ -55,7 +56,7 @@ def plan_load(
     estimate = fit_with_policy(
         profile, hardware, context=context_length, swa_full=SWA_FULL, gpu_offload=use_gpu, n_gpu_layers=forced
     )
-    if estimate.verdict == "too_large":
+    if estimate.verdict is Fit.TOO_LARGE:
         # Below MIN_RECOMMENDED_CONTEXT a chat is cramped, but it beats not loading at all.
         estimate = fit_with_policy(
             profile,
@@ -67,11 +68,11 @@ def plan_load(
             n_gpu_layers=forced,
         )
     estimate = estimate.best_placement
-    experts_on_cpu = estimate.verdict == "experts_cpu"
+    experts_on_cpu = estimate.verdict is Fit.EXPERTS_CPU
     notes = list(estimate.notes)
     n_ctx = estimate.context
     n_gpu_layers = estimate.llama_n_gpu_layers if forced is None else forced
-    if estimate.verdict == "too_large":
+    if estimate.verdict is Fit.TOO_LARGE:
         n_ctx = min(n_ctx, MIN_CONTEXT)
         notes.append(f"may not fit: the estimate needs {_memory_needed(estimate)}")
 

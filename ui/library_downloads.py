@@ -9,15 +9,7 @@ from __future__ import annotations
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
 
-from app.qt.library_service import (
-    CANCELLED,
-    DOWNLOADING,
-    FAILED,
-    INSTALLED,
-    PAUSED,
-    QUEUED,
-    DownloadState,
-)
+from app.qt.library_service import DownloadPhase, DownloadState
 from ui.library_widgets import format_bytes, plain_label, push_button
 
 # The progress bar counts in KiB: QProgressBar takes an int, and a model can be larger than 2 GiB.
@@ -72,7 +64,7 @@ class DownloadRow(QWidget):
             self.tr("Pause")
             if state.running
             else self.tr("Retry")
-            if state.state == FAILED
+            if state.state == DownloadPhase.FAILED
             else self.tr("Resume")
         )
         self.cancelButton.setVisible(state.running or state.resumable)
@@ -82,9 +74,9 @@ class DownloadRow(QWidget):
         amount = self.tr("{done} of {total}").format(
             done=format_bytes(state.done), total=format_bytes(state.total)
         )
-        if state.state == QUEUED:
+        if state.state == DownloadPhase.QUEUED:
             return self.tr("Waiting for another download to finish…")
-        if state.state == DOWNLOADING:
+        if state.state == DownloadPhase.DOWNLOADING:
             progress = state.progress
             if progress is None:
                 return self.tr("Starting…")
@@ -98,13 +90,13 @@ class DownloadRow(QWidget):
             return self.tr("{amount} · {speed} · {eta} left{part}").format(
                 amount=amount, speed=speed, eta=eta, part=part
             )
-        if state.state == PAUSED:
+        if state.state == DownloadPhase.PAUSED:
             return self.tr("Paused at {amount}; resume it now or after a restart.").format(amount=amount)
-        if state.state == INSTALLED and state.installed is not None:
+        if state.state == DownloadPhase.INSTALLED and state.installed is not None:
             return self.tr("Verified (SHA-256) and installed as {name}.").format(name=state.installed.name)
-        if state.state == CANCELLED:
+        if state.state == DownloadPhase.CANCELLED:
             return self.tr("Cancelled; the partial file was deleted.")
-        if state.state == FAILED:
+        if state.state == DownloadPhase.FAILED:
             return state.message
         return ""
 

@@ -37,7 +37,7 @@ from app.library.model_ops import DiskUsage, FileFit, RepoAssessment
 from app.qt.library_service import DownloadState
 from app.qt.services import AppServices
 from app.secret_store import SecretStatus
-from inference.estimator import FitEstimate
+from inference.estimator import Fit, FitEstimate
 from inference.hardware import HardwareReport
 from ui.dialogs import ConfirmAction, confirm_action
 from ui.library_downloads import DownloadList
@@ -478,23 +478,23 @@ class LibraryPanel(QWidget):
         text = self._verdict(estimate)
         if fit.recommended:
             text = self.tr("★ {verdict} · recommended").format(verdict=text)
-        colour = {"partial": theme.warning, "experts_cpu": theme.warning, "too_large": theme.error}.get(
+        colour = {Fit.PARTIAL: theme.warning, Fit.EXPERTS_CPU: theme.warning, Fit.TOO_LARGE: theme.error}.get(
             estimate.verdict
         )
         return text, colour
 
     def _verdict(self, estimate: FitEstimate) -> str:
-        if estimate.verdict == "gpu":
+        if estimate.verdict is Fit.GPU:
             return self.tr("Fits on the GPU")
-        if estimate.verdict == "partial":
+        if estimate.verdict is Fit.PARTIAL:
             speed = estimate.expected_speed_ratio or 0.0
             return self.tr("Partial: {k}/{n} layers on the GPU, ~{speed} speed").format(
                 k=estimate.n_gpu_layers, n=estimate.n_layers, speed=f"{speed:.0%}"
             )
-        if estimate.verdict == "experts_cpu":
+        if estimate.verdict is Fit.EXPERTS_CPU:
             speed = estimate.expected_speed_ratio or 0.0
             return self.tr("Partial: experts in system memory, ~{speed} speed").format(speed=f"{speed:.0%}")
-        if estimate.verdict == "cpu":
+        if estimate.verdict is Fit.CPU:
             return self.tr("CPU only")
         return self.tr("Too large")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import time
 import uuid
@@ -32,6 +33,7 @@ from app.library.installed import InstalledModel, ModelLibrary
 from app.remote.openai_client import StreamCancel, request_sampling
 from app.remote.registry import Server, ServerRegistry
 from app.settings import GLOBAL_SAMPLING, Settings, SettingsStore
+from app.storage.orm import MessageStatus
 from inference.client import RunnerClient, RunnerError
 from inference.ggml_backends import CpuKernelMemory
 from inference.gguf import GGUFError, GGUFHeader, read_header
@@ -66,10 +68,17 @@ FINAL_WRITE_BACKOFF_S = 0.5
 REPLY_RESERVE_SHARE = 0.25
 
 
+class ModelState(enum.StrEnum):
+    UNLOADED = "unloaded"
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
 @dataclass(frozen=True)
 class ModelStatus:
     model_name: str | None
-    state: str  # "unloaded" | "loading" | "ready" | "failed"
+    state: ModelState
     backend: str
     summary: str
     detail: str = ""
@@ -82,7 +91,7 @@ class TurnResult:
     conversation_id: int
     user_message_id: int
     assistant_message_id: int
-    status: str  # complete | stopped | error | interrupted
+    status: MessageStatus  # the reply's: never STREAMING
     text: str
     stats: GenerationStats | None = None
     error_kind: ErrorKind | None = None
@@ -250,16 +259,16 @@ class ChatEngine:
     def status(self) -> ModelStatus:
         server = self._remote_server
         if server is not None:
-            return ModelStatus(None, "ready", "Remote", f"Remote · {server.name}", server.url)
+            return ModelStatus(None, ModelState.READY, "Remote", f"Remote · {server.name}", server.url)
         loaded, model = self._client.loaded, self._model
         if loaded is None or model is None:
             backend, why = llama_backend()
-            return ModelStatus(None, "unloaded", backend, f"{backend} · no model loaded", why)
+            return ModelStatus(None, ModelState.UNLOADED, backend, f"{backend} · no model loaded", why)
         plan = self._client.plan
         notes = (self._memory_note, loaded.template_note, self._client.kernel_note)
         return ModelStatus(
             model.name,
-            "ready",
+            ModelState.READY,
             loaded.backend,
             plan.reason.split(";")[0] if plan else loaded.backend,
             " ".join(note for note in notes if note),
@@ -301,7 +310,7 @@ class ChatEngine:
             gpu_offload_supported=backend == "CUDA",
         )
         notify = callbacks.model_status if callbacks else (lambda _status: None)
-        notify(ModelStatus(model.name, "loading", backend, f"Loading {model.name}…", plan.reason))
+        notify(ModelStatus(model.name, ModelState.LOADING, backend, f"Loading {model.name}…", plan.reason))
         self._model = None
         loaded, used = self._load(model, header, plan, backend, notify)
         self._memory_note = _memory_note(plan, used)
@@ -339,11 +348,11 @@ class ChatEngine:
                     if exc.kind is ErrorKind.RUNNER_CRASHED:
                         self._runner_crashed(model.name, exc.message)
                     summary = f"{model.name} failed to load"
-                    notify(ModelStatus(model.name, "failed", backend, summary, exc.message))
+                    notify(ModelStatus(model.name, ModelState.FAILED, backend, summary, exc.message))
                     raise HearthError(f"Could not load '{model.name}': {exc.message}") from exc
                 log.warning("%s: %s; retrying: %s", model.name, exc.message, smaller.reason)
                 detail = f"Not enough memory for {_configuration(plan)}; trying {_configuration(smaller)}."
-                notify(ModelStatus(model.name, "loading", backend, f"Loading {model.name}…", detail))
+                notify(ModelStatus(model.name, ModelState.LOADING, backend, f"Loading {model.name}…", detail))
                 plan = smaller
 
     def _runner_crashed(self, model_name: str, message: str) -> None:
@@ -769,7 +778,8 @@ class ChatEngine:
         text = reply.answer
         if isinstance(outcome, Finished):
             stats = outcome.stats
-            status = "stopped" if stats.stop_reason is StopReason.CANCELLED else "complete"
+            cancelled = stats.stop_reason is StopReason.CANCELLED
+            status = MessageStatus.STOPPED if cancelled else MessageStatus.COMPLETE
             loaded = self._client.loaded
             if stats.stop_reason is StopReason.CONTEXT_FULL and loaded is not None:
                 # The reply outgrew the room kept for it: the cut is said, never silent.
@@ -788,8 +798,9 @@ class ChatEngine:
                 reasoning=reply.reasoning,
             )
         assert isinstance(outcome, Failed)
-        status = "interrupted" if outcome.kind is ErrorKind.RUNNER_CRASHED else "error"
-        if outcome.kind is ErrorKind.RUNNER_CRASHED and self._model is not None:
+        crashed = outcome.kind is ErrorKind.RUNNER_CRASHED
+        status = MessageStatus.INTERRUPTED if crashed else MessageStatus.ERROR
+        if crashed and self._model is not None:
             self._runner_crashed(self._model.name, outcome.message)
         self._finish(assistant_id, text, status, error=outcome.message, reply=reply)
         return TurnResult(
@@ -827,7 +838,7 @@ class ChatEngine:
         self,
         assistant_id: int,
         text: str,
-        status: str,
+        status: MessageStatus,
         *,
         stats: GenerationStats | None = None,
         error: str | None = None,

@@ -37,7 +37,7 @@ from app.conversations.records import (
 from app.errors import DatabaseError, HearthError
 from app.settings import write_text_atomically
 from app.storage.db import Database
-from app.storage.orm import ConversationRow, MessageRow
+from app.storage.orm import ConversationRow, MessageRow, MessageStatus
 
 log = logging.getLogger("hearth.conversations")
 
@@ -157,7 +157,7 @@ def export_markdown(db: Database, conversation_id: int) -> str:
         if m.reasoning:
             lines += [*_thinking_quote(m.reasoning, m.reasoning_seconds), ""]
         lines += [m.content, ""]
-        if m.status != "complete":
+        if m.status != MessageStatus.COMPLETE:
             note = f"*[{m.status}]*" if not m.error else f"*[{m.status}: {m.error}]*"
             lines += [note, ""]
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -17,7 +17,7 @@ from typing import Any, TypeGuard
 
 from app.errors import HearthError
 from app.settings import clean_generation_settings
-from app.storage.orm import MESSAGE_STATUSES, ROLES
+from app.storage.orm import MESSAGE_STATUSES, ROLES, MessageStatus
 
 HEARTH_FORMAT = "hearth.conversation"
 HEARTH_VERSION = 2
@@ -40,7 +40,7 @@ class ImportedMessage:
     role: str
     content: str
     created_at: datetime
-    status: str = "complete"
+    status: MessageStatus = MessageStatus.COMPLETE
     updated_at: datetime | None = None
     error: str | None = None
     model_name: str | None = None
@@ -212,7 +212,7 @@ def _hearth_message(
     role = item.get("role")
     if role not in ROLES:
         raise at.error(f'"role" should be one of {", ".join(ROLES)}, not {_shown(role)}')
-    status = item.get("status", "complete")
+    status = item.get("status", MessageStatus.COMPLETE)
     if status not in MESSAGE_STATUSES:
         raise at.error(f'"status" should be one of {", ".join(MESSAGE_STATUSES)}, not {_shown(status)}')
     content = item.get("content")
@@ -228,7 +228,7 @@ def _hearth_message(
         role=role,
         content=content,
         # Nothing is streaming into an imported reply; one cut off in the other database stays marked so.
-        status="interrupted" if status == "streaming" else status,
+        status=MessageStatus.INTERRUPTED if status == MessageStatus.STREAMING else MessageStatus(status),
         created_at=created,
         updated_at=_iso(item.get("updated_at"), at / "updated_at", default=created),
         error=_text(item, "error", at),

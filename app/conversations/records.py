@@ -13,6 +13,7 @@ from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
 from app.errors import ConversationNotFound, HearthError, MessageNotFound
+from app.storage.orm import MessageStatus
 
 # Reads that can return thousands of rows are plain SQL and plain tuples: SQLAlchemy's per-row processing
 # cost more than SQLite itself for a 5,000-message transcript or a 10,000-conversation list (bar P5).
@@ -49,7 +50,7 @@ class Message:
     conversation_id: int
     role: str
     content: str
-    status: str
+    status: MessageStatus
     error: str | None
     model_name: str | None
     model_sha256: str | None
@@ -110,7 +111,7 @@ def message_from_row(row: Sequence[Any], position: tuple[int, int]) -> Message:
         conversation_id,
         role,
         content,
-        status,
+        MessageStatus(status),
         error,
         model_name,
         sha256,

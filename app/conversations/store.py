@@ -32,7 +32,7 @@ from app.conversations.records import Conversation, Message
 from app.conversations.search import HIT_END, HIT_START, SearchHit, match_expression
 from app.settings import clean_generation_settings
 from app.storage.db import Database
-from app.storage.orm import MESSAGE_STATUSES, ROLES, ConversationRow, MessageRow
+from app.storage.orm import MESSAGE_STATUSES, ROLES, ConversationRow, MessageRow, MessageStatus
 
 # The package's face: what callers import from here, wherever it is defined.
 __all__ = [
@@ -62,7 +62,7 @@ log = logging.getLogger("hearth.conversations")
 
 DEFAULT_TITLE = "New chat"
 AUTO_TITLE_CHARS = 60
-FINAL_STATUSES = tuple(s for s in MESSAGE_STATUSES if s != "streaming")
+FINAL_STATUSES = tuple(s for s in MessageStatus if s is not MessageStatus.STREAMING)
 INTERRUPTED_ERROR = "The reply was cut off because Hearth or its model runner stopped before it finished."
 
 
@@ -111,7 +111,7 @@ class ReplyProvenance:
             conversation_id=conversation_id,
             role="assistant",
             content="",
-            status="streaming",
+            status=MessageStatus.STREAMING,
             model_name=self.model_name,
             model_sha256=self.model_sha256,
             sampling_json=json.dumps(dict(self.sampling), sort_keys=True),
@@ -349,7 +349,7 @@ class ConversationStore:
         role: str,
         content: str,
         *,
-        status: str = "complete",
+        status: str = MessageStatus.COMPLETE,
         parent_id: ParentChoice = CURRENT_LEAF,
     ) -> Message:
         """Add a message after `parent_id` (default: the current leaf; None: a new root) and show it."""
@@ -414,7 +414,7 @@ class ConversationStore:
                 conversation = self._row(session, conversation_id)
             if prompt is not None:
                 prompt_row = MessageRow(
-                    conversation_id=conversation.id, role="user", content=prompt, status="complete"
+                    conversation_id=conversation.id, role="user", content=prompt, status=MessageStatus.COMPLETE
                 )
                 prompt_id = self._insert_in(session, conversation, prompt_row, after, now)
                 self._auto_title(conversation, prompt, now)
@@ -433,7 +433,7 @@ class ConversationStore:
         with self._db.session() as session:
             conversation_id = session.scalar(
                 select(MessageRow.conversation_id).where(
-                    MessageRow.id == message_id, MessageRow.status == "streaming"
+                    MessageRow.id == message_id, MessageRow.status == MessageStatus.STREAMING
                 )
             )
             if conversation_id is None:
@@ -472,7 +472,7 @@ class ConversationStore:
         now = _now()
         with self._db.session() as session:
             row = session.get(MessageRow, message_id)
-            if row is None or row.status != "streaming":
+            if row is None or row.status != MessageStatus.STREAMING:
                 return False
             row.content = content
             row.status = status
@@ -494,14 +494,14 @@ class ConversationStore:
     def mark_interrupted_streaming(self) -> int:
         """At start-up: replies still marked streaming were cut off by a crash. Returns how many."""
         now = _now()
-        streaming = MessageRow.status == "streaming"
+        streaming = MessageRow.status == MessageStatus.STREAMING
         with self._db.session() as session:
             conversation_ids = session.scalars(select(MessageRow.conversation_id).where(streaming)).all()
             session.execute(
                 update(MessageRow)
                 .where(streaming)
                 .values(
-                    status="interrupted",
+                    status=MessageStatus.INTERRUPTED,
                     error=func.coalesce(MessageRow.error, INTERRUPTED_ERROR),
                     updated_at=now,
                 )

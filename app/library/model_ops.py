@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from app.errors import HearthError
 from app.library.installed import STARTER_SOURCE, InstalledModel, ModelLibrary
-from inference.estimator import FitEstimate, Recommendation, estimate_fit, recommend
+from inference.estimator import Fit, FitEstimate, Recommendation, estimate_fit, recommend
 from inference.gguf import GGUFHeader
 from inference.hardware import HardwareReport, llama_backend, probe_hardware
 
@@ -40,7 +40,7 @@ class FileFit:
     def expected_context(self) -> int | None:
         """The context a load would get: the one asked for, capped by the training length and by memory;
         None when the file does not fit at all or could not be read."""
-        if self.estimate is None or self.estimate.verdict == "too_large":
+        if self.estimate is None or self.estimate.verdict is Fit.TOO_LARGE:
             return None
         return min(self.estimate.context, self.estimate.max_context)
 

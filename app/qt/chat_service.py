@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 from collections.abc import Callable
@@ -9,13 +10,21 @@ from concurrent.futures import Future
 
 from PySide6.QtCore import QObject, Signal
 
-from app.chat.engine import ChatEngine, ContextUsage, ModelStatus, TurnCallbacks, TurnResult
+from app.chat.engine import ChatEngine, ContextUsage, ModelState, ModelStatus, TurnCallbacks, TurnResult
 from app.errors import ContextOverflow, HearthError, ReplyNotSaved
 from app.qt.background import Background, describe
 from app.remote.openai_client import RemoteError
+from app.storage.orm import MessageStatus
 from inference.protocol import ErrorKind, SamplingParams
 
 log = logging.getLogger("hearth.chat")
+
+
+class TurnFailure(enum.StrEnum):
+    """What else replyFailed's kind can be, beside an ErrorKind from the runner or a server."""
+
+    NOT_SAVED = "not_saved"  # the reply is shown but could not be written (ReplyNotSaved)
+    INVALID_REQUEST = "invalid_request"  # refused before anything ran (a HearthError)
 
 
 class _SignalCallbacks(TurnCallbacks):
@@ -59,6 +68,7 @@ class ChatService(QObject):
     # Tokens generated since the previous progress signal; for live counters and the throughput benchmark.
     replyProgress = Signal(int, int)
     replyFinished = Signal(int, object, str)
+    # (assistant id or -1 when no reply started, an ErrorKind or TurnFailure, the message for the user)
     replyFailed = Signal(int, str, str)
     modelStatus = Signal(object)
     busyChanged = Signal(bool)
@@ -155,7 +165,9 @@ class ChatService(QObject):
         The future is done on the inference thread, right after the load (or its failure)."""
 
         def failed(error: Exception) -> None:
-            self.modelStatus.emit(ModelStatus(model_name, "failed", "", "Model failed to load", repr(error)))
+            self.modelStatus.emit(
+                ModelStatus(model_name, ModelState.FAILED, "", "Model failed to load", repr(error))
+            )
 
         return self._worker.call(lambda: self._preload(model_name), on_error=failed, operation="preload")
 
@@ -163,7 +175,9 @@ class ChatService(QObject):
         try:
             self._engine.prepare(model_name, self._callbacks)
         except HearthError as exc:
-            self.modelStatus.emit(ModelStatus(model_name, "failed", "", "Model failed to load", str(exc)))
+            self.modelStatus.emit(
+                ModelStatus(model_name, ModelState.FAILED, "", "Model failed to load", str(exc))
+            )
 
     def _start_turn(self, turn: Callable[[], TurnResult]) -> Future[None] | None:
         if self._busy:
@@ -171,7 +185,7 @@ class ChatService(QObject):
         self._set_busy(True)
 
         def crashed(error: Exception) -> None:
-            self.replyFailed.emit(-1, "internal", describe(error))
+            self.replyFailed.emit(-1, ErrorKind.INTERNAL, describe(error))
             self._turn_ended(None)
 
         return self._worker.call(lambda: self._run(turn), self._turn_ended, crashed, operation="chat turn")
@@ -182,16 +196,16 @@ class ChatService(QObject):
         try:
             self._report(turn())
         except ContextOverflow as exc:
-            self.replyFailed.emit(-1, ErrorKind.CONTEXT_OVERFLOW.value, str(exc))
+            self.replyFailed.emit(-1, ErrorKind.CONTEXT_OVERFLOW, str(exc))
         except ReplyNotSaved as exc:
             # The prompt is stored and the reply shown: the window keeps both and says why it is not saved.
-            self.replyFailed.emit(exc.assistant_message_id, "not_saved", str(exc))
+            self.replyFailed.emit(exc.assistant_message_id, TurnFailure.NOT_SAVED, str(exc))
         except RemoteError as exc:
             # The server could not be used: nothing was stored, the window hands the prompt back.
-            self.replyFailed.emit(-1, exc.kind.value, str(exc))
+            self.replyFailed.emit(-1, exc.kind, str(exc))
             self.modelStatus.emit(self._engine.status())
         except HearthError as exc:
-            self.replyFailed.emit(-1, "invalid_request", str(exc))
+            self.replyFailed.emit(-1, TurnFailure.INVALID_REQUEST, str(exc))
 
     def _turn_ended(self, _result: None) -> None:
         # The conversation list changed when the turn started (replyStarted comes with conversationsChanged)
@@ -215,10 +229,10 @@ class ChatService(QObject):
         self.contextUsage.emit(usage)
 
     def _report(self, result: TurnResult) -> None:
-        if result.stats is not None and result.status in ("complete", "stopped"):
+        if result.stats is not None and result.status in (MessageStatus.COMPLETE, MessageStatus.STOPPED):
             self.replyFinished.emit(result.assistant_message_id, result.stats, result.status)
         else:
-            kind = result.error_kind.value if result.error_kind else "internal"
+            kind = result.error_kind or ErrorKind.INTERNAL
             self.replyFailed.emit(result.assistant_message_id, kind, result.error or "The reply failed.")
             self.modelStatus.emit(self._engine.status())
 

@@ -13,6 +13,7 @@ reaches the GUI thread through the pool's one error path, as `failed` or as a fa
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Final
 
 from PySide6.QtCore import QObject, Qt, Signal
 
-from app.chat.engine import ModelStatus
+from app.chat.engine import ModelState, ModelStatus
 from app.core import Core
 from app.errors import HearthError
 from app.library.downloads import (
@@ -48,13 +49,16 @@ MAX_DOWNLOADS: Final = 2
 SEARCH_LIMIT: Final = 30
 HUB_WORKERS: Final = 2
 
-# DownloadState.state values.
-QUEUED: Final = "queued"
-DOWNLOADING: Final = "downloading"
-PAUSED: Final = "paused"
-FAILED: Final = "failed"
-CANCELLED: Final = "cancelled"
-INSTALLED: Final = "installed"
+
+class DownloadPhase(enum.StrEnum):
+    """Where one download is (DownloadState.state)."""
+
+    QUEUED = "queued"
+    DOWNLOADING = "downloading"
+    PAUSED = "paused"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INSTALLED = "installed"
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class DownloadState:
     key: str  # "repo/file": one job at a time downloads a given file of a repo
     repo_id: str
     filename: str
-    state: str  # QUEUED, DOWNLOADING, PAUSED, FAILED, CANCELLED or INSTALLED
+    state: DownloadPhase
     done: int = 0
     total: int = 0
     progress: DownloadProgress | None = None  # the latest report while it runs
@@ -73,12 +77,12 @@ class DownloadState:
 
     @property
     def running(self) -> bool:
-        return self.state in (QUEUED, DOWNLOADING)
+        return self.state in (DownloadPhase.QUEUED, DownloadPhase.DOWNLOADING)
 
     @property
     def resumable(self) -> bool:
         """Paused, or stopped by a failure: resuming retries, from the partial file if one was kept."""
-        return self.state in (PAUSED, FAILED)
+        return self.state in (DownloadPhase.PAUSED, DownloadPhase.FAILED)
 
 
 @dataclass
@@ -189,7 +193,9 @@ class LibraryService(QObject):
             record = self._downloads.get(key)
             if record is not None and record.state.running:
                 return key
-            state = DownloadState(key, listing.repo_id, model.filename, QUEUED, total=model.size or 0)
+            state = DownloadState(
+                key, listing.repo_id, model.filename, DownloadPhase.QUEUED, total=model.size or 0
+            )
             self._downloads[key] = _Download(state, listing.commit, listing, model, DownloadControl())
         self.downloadChanged.emit(state)
         self._start(key)
@@ -202,7 +208,7 @@ class LibraryService(QObject):
             return
         if record.future is not None and record.future.cancel():
             # It was still waiting for a download thread: nothing to stop.
-            self._stopped(key, PAUSED, "")
+            self._stopped(key, DownloadPhase.PAUSED, "")
         else:
             record.control.pause()
 
@@ -212,7 +218,7 @@ class LibraryService(QObject):
             if record is None or not record.state.resumable:
                 return
             record.control = DownloadControl()
-            record.state = replace(record.state, state=QUEUED, message="")
+            record.state = replace(record.state, state=DownloadPhase.QUEUED, message="")
             state = record.state
         self.downloadChanged.emit(state)
         self._start(key)
@@ -241,7 +247,7 @@ class LibraryService(QObject):
             self._download_pool,
             f"download of {key}",
             lambda: self._run_download(key),
-            lambda error: self._stopped(key, FAILED, describe(error)),
+            lambda error: self._stopped(key, DownloadPhase.FAILED, describe(error)),
         )
         with self._lock:
             self._downloads[key].future = future
@@ -250,7 +256,7 @@ class LibraryService(QObject):
         with self._lock:
             record = self._downloads[key]
             control = record.control
-        self._set(key, lambda s: replace(s, state=DOWNLOADING))
+        self._set(key, lambda s: replace(s, state=DownloadPhase.DOWNLOADING))
         try:
             hub = self._hub()
             listing, model = self._resolve(hub, record)
@@ -258,10 +264,14 @@ class LibraryService(QObject):
                 listing, model, control=control, progress=lambda p: self._progress(key, p)
             )
         except (DownloadPaused, DownloadCancelled) as exc:
-            self._stopped(key, CANCELLED if isinstance(exc, DownloadCancelled) else PAUSED, str(exc))
+            self._stopped(
+                key,
+                DownloadPhase.CANCELLED if isinstance(exc, DownloadCancelled) else DownloadPhase.PAUSED,
+                str(exc),
+            )
             self.diskUsage.emit(disk_usage(self._library))
         else:
-            self._set(key, lambda s: replace(s, state=INSTALLED, installed=installed))
+            self._set(key, lambda s: replace(s, state=DownloadPhase.INSTALLED, installed=installed))
             self._refresh()
 
     def _resolve(self, hub: HubClient, record: _Download) -> tuple[RepoListing, RemoteModel]:
@@ -286,13 +296,15 @@ class LibraryService(QObject):
         Downloader(HubClient(self._core.settings.hf_endpoint), self._library).discard(
             record.state.repo_id, model
         )
-        self._stopped(key, CANCELLED, "The partial download was deleted.")
+        self._stopped(key, DownloadPhase.CANCELLED, "The partial download was deleted.")
         self.diskUsage.emit(disk_usage(self._library))
 
     def _progress(self, key: str, p: DownloadProgress) -> None:
-        self._set(key, lambda s: replace(s, state=DOWNLOADING, done=p.done, total=p.total, progress=p))
+        self._set(
+            key, lambda s: replace(s, state=DownloadPhase.DOWNLOADING, done=p.done, total=p.total, progress=p)
+        )
 
-    def _stopped(self, key: str, state: str, message: str) -> None:
+    def _stopped(self, key: str, state: DownloadPhase, message: str) -> None:
         self._set(key, lambda s: replace(s, state=state, message=message))
 
     def _set(self, key: str, change: Callable[[DownloadState], DownloadState]) -> None:
@@ -348,9 +360,9 @@ class LibraryService(QObject):
     def _on_model_status(self, status: ModelStatus) -> None:
         if status.model_name is None:
             return
-        if status.state == "failed":
+        if status.state is ModelState.FAILED:
             self._load_failures[status.model_name] = status.detail or status.summary
-        elif status.state == "ready":
+        elif status.state is ModelState.READY:
             loaded = self._chat.engine.loaded
             if loaded is not None:
                 report = describe_prediction(loaded.predicted_bytes, loaded.memory_bytes)
@@ -379,7 +391,12 @@ class LibraryService(QObject):
                     continue
                 key = download_key(partial.repo_id, partial.filename)
                 state = DownloadState(
-                    key, partial.repo_id, partial.filename, PAUSED, done=partial.done, total=partial.size
+                    key,
+                    partial.repo_id,
+                    partial.filename,
+                    DownloadPhase.PAUSED,
+                    done=partial.done,
+                    total=partial.size,
                 )
                 self._downloads[key] = _Download(state, partial.commit, None, None, DownloadControl())
                 found.append(state)

@@ -1,5 +1,5 @@
 """ORM tables. Only app.storage.db, app.conversations.store and app.library.installed see these; everyone
-else gets plain dataclasses.
+else gets plain dataclasses, and the enums of the columns' values (MessageStatus).
 
 The schema itself is created by the hand-written Alembic revisions in app/storage/migrations; these models
 must match them (tests/app/storage/test_db.py compares the two).
@@ -7,6 +7,7 @@ must match them (tests/app/storage/test_db.py compares the two).
 
 from __future__ import annotations
 
+import enum
 from datetime import UTC, datetime
 
 from sqlalchemy import (
@@ -36,7 +37,20 @@ ROLES = ("system", "user", "assistant")
 # Full-text search (revision 0003): FTS5 virtual tables, their shadow tables and the view they index. They
 # are kept in step by triggers, not by the ORM, so schema comparisons leave them out.
 SEARCH_INDEX_TABLES = ("messages_fts", "conversations_fts")
-MESSAGE_STATUSES = ("streaming", "complete", "stopped", "error", "interrupted")
+
+
+class MessageStatus(enum.StrEnum):
+    """A message's `status` column. Every message but a reply still being written is final."""
+
+    STREAMING = "streaming"
+    COMPLETE = "complete"
+    STOPPED = "stopped"  # by the user
+    ERROR = "error"
+    # Cut off: the runner died, or Hearth stopped before the reply finished.
+    INTERRUPTED = "interrupted"
+
+
+MESSAGE_STATUSES = tuple(MessageStatus)
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -13,8 +13,17 @@ import pytest
 
 from app.chat.engine import ChatEngine
 from app.core import Core
+from app.errors import HearthError
 from app.paths import HearthPaths
-from app.settings import _VALIDATORS, SCHEMA_VERSION, Settings, SettingsStore, load_settings, save_settings
+from app.settings import (
+    _VALIDATORS,
+    SCHEMA_VERSION,
+    Settings,
+    SettingsStore,
+    clean_generation_settings,
+    load_settings,
+    save_settings,
+)
 
 
 @pytest.fixture
@@ -115,6 +124,40 @@ def test_wrong_type_or_range_falls_back_to_that_keys_default(
     assert getattr(loaded, key) == getattr(Settings(), key)
     assert getattr(loaded, other) == 7
     assert any(key in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("temperature", 0, True),
+        ("temperature", -0.01, False),
+        ("top_p", 1, True),
+        ("top_p", 0.0, False),
+        ("top_k", 0, True),
+        ("top_k", 40.0, False),
+        ("min_p", 0, True),
+        ("min_p", 1.0, True),
+        ("min_p", 1.01, False),
+        ("repeat_penalty", 0.01, True),
+        ("repeat_penalty", 0, False),
+        ("seed", None, True),
+        ("seed", 2**32 - 1, True),
+        ("seed", 2**32, False),
+        ("seed", -1, False),
+        ("seed", True, False),
+        ("max_tokens", 1, True),
+        ("max_tokens", 0, False),
+        ("max_tokens", None, False),
+    ],
+)
+def test_a_conversations_sampling_settings_have_the_bounds_of_the_global_ones(
+    key: str, value: object, allowed: bool
+) -> None:
+    if allowed:
+        assert clean_generation_settings({key: value}) == {key: value}
+    else:
+        with pytest.raises(HearthError, match=f"The setting {key} should be "):
+            clean_generation_settings({key: value})
 
 
 def test_non_finite_numbers_are_rejected(settings_path: Path) -> None:

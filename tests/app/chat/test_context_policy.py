@@ -11,7 +11,7 @@ from pytestqt.qtbot import QtBot
 from app.chat.engine import ChatEngine, ContextUsage
 from app.conversations.store import Conversation, Message
 from app.core import Core
-from app.errors import ContextOverflow
+from app.errors import ContextOverflow, HearthError
 from app.qt.chat_service import ChatService
 from app.settings import Settings
 from inference.protocol import ChatMessage, SamplingParams
@@ -120,6 +120,29 @@ def test_a_message_too_long_for_the_context_is_refused_under_either_policy(
     with pytest.raises(ContextOverflow):
         engine.run_turn("word " * 600, starter_name(core), sampling=GREEDY)
     assert [c.id for c in core.store.list_conversations()] == [conversation.id]
+
+
+@pytest.mark.model
+def test_a_runner_that_dies_while_counting_is_remembered_like_any_crash(
+    core: Core, make_engine: Callable[..., ChatEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = make_engine(context_length=SMALL_CONTEXT)
+    name = starter_name(core)
+    engine.measure_context(None, "Hello", name)
+    client = engine.client
+    send = client._send
+
+    def dies_first(message: object) -> None:
+        client.kill()
+        send(message)
+
+    monkeypatch.setattr(client, "_send", dies_first)
+    with pytest.raises(HearthError, match="Could not measure the prompt: the model runner crashed"):
+        engine.measure_context(None, "Hello again", name)
+    assert engine.loaded_model_name is None
+    # As after a crash mid-reply: not loaded again on its own at the next start.
+    assert core.library.get(name).last_load_error
+    assert engine.model_to_autoload()[0] is None
 
 
 @pytest.mark.model

@@ -6,7 +6,7 @@ from typing import cast
 
 from pytestqt.qtbot import QtBot
 
-from app.chat.engine import ChatEngine, ModelStatus
+from app.chat.engine import ChatEngine, ModelState, ModelStatus
 from app.qt.chat_service import ChatService
 
 
@@ -51,7 +51,7 @@ def test_an_unexpected_error_while_loading_is_a_failed_model_status(qtbot: QtBot
         with qtbot.waitSignal(service.modelStatus) as status:
             future = service.preload("some-model")
         assert status.args == [
-            ModelStatus("some-model", "failed", "", "Model failed to load", "KeyError('n_ctx')")
+            ModelStatus("some-model", ModelState.FAILED, "", "Model failed to load", "KeyError('n_ctx')")
         ]
         assert isinstance(future.exception(), KeyError)
     finally:

@@ -20,7 +20,7 @@ from app.library.hub import RepoSummary
 from app.library.installed import InstalledModel
 from app.library.model_ops import DiskUsage, RepoAssessment
 from app.paths import HearthPaths
-from app.qt.library_service import CANCELLED, INSTALLED, PAUSED, DownloadState
+from app.qt.library_service import DownloadPhase, DownloadState
 from app.qt.services import AppServices
 from app.secret_store import SecretStatus
 from app.settings import Settings, save_settings
@@ -121,7 +121,9 @@ def test_a_download_runs_on_its_own_thread_and_a_search_meanwhile_is_not_held_up
     assert [r.repo_id for r in heard.searches[-1][1]] == [REPO]
 
     hub.faults.rate_bps = None
-    qtbot.waitUntil(lambda: (s := heard.last(key)) is not None and s.state == INSTALLED, timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: (s := heard.last(key)) is not None and s.state == DownloadPhase.INSTALLED, timeout=WAIT_MS
+    )
     assert {name.rsplit("_", 1)[0] for name in heard.download_threads} == {"hearth-download"}
     qtbot.waitUntil(lambda: any(m.repo_id == REPO for m in heard.models[-1]) if heard.models else False)
     qtbot.waitUntil(lambda: bool(heard.disk) and heard.disk[-1].models_bytes == starter.size)
@@ -146,7 +148,9 @@ def test_a_partial_download_is_found_after_a_restart_and_resumes_where_it_stoppe
     hub.faults.rate_bps = None
     services, heard = started.open(paths)
     services.library_service.refresh()
-    qtbot.waitUntil(lambda: (s := heard.last(key)) is not None and s.state == PAUSED, timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: (s := heard.last(key)) is not None and s.state == DownloadPhase.PAUSED, timeout=WAIT_MS
+    )
     state = heard.last(key)
     assert state is not None and (state.done, state.total) == (kept, starter.size)
     # The disk figures follow the download states, once the models folder has been measured.
@@ -154,7 +158,9 @@ def test_a_partial_download_is_found_after_a_restart_and_resumes_where_it_stoppe
     assert heard.disk[-1].partial_bytes == kept
 
     services.library_service.resume(key)
-    qtbot.waitUntil(lambda: (s := heard.last(key)) is not None and s.state == INSTALLED, timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: (s := heard.last(key)) is not None and s.state == DownloadPhase.INSTALLED, timeout=WAIT_MS
+    )
     resumed = [r.headers.get("range") for r in hub.requests_to("/resolve/") if r.headers.get("range")]
     assert f"bytes={kept}-" in resumed
     installed = heard.last(key)
@@ -177,12 +183,17 @@ def test_a_queued_download_can_be_paused_and_cancelled_before_it_starts(
     qtbot.waitUntil(lambda: sum(1 for k in keys if (s := heard.last(k)) and s.done > 0) == 2, timeout=WAIT_MS)
     waiting = next(k for k in keys if (s := heard.last(k)) is not None and s.done == 0)
     library.pause(waiting)
-    qtbot.waitUntil(lambda: (s := heard.last(waiting)) is not None and s.state == PAUSED)
+    qtbot.waitUntil(lambda: (s := heard.last(waiting)) is not None and s.state == DownloadPhase.PAUSED)
     library.cancel(waiting)
-    qtbot.waitUntil(lambda: (s := heard.last(waiting)) is not None and s.state == CANCELLED, timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: (s := heard.last(waiting)) is not None and s.state == DownloadPhase.CANCELLED, timeout=WAIT_MS
+    )
     for key in keys:
         library.cancel(key)
-    qtbot.waitUntil(lambda: all((s := heard.last(k)) and s.state == CANCELLED for k in keys), timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: all((s := heard.last(k)) and s.state == DownloadPhase.CANCELLED for k in keys),
+        timeout=WAIT_MS,
+    )
     hub_dir = paths.models_dir / "hub"
     leftovers = [p.name for p in hub_dir.rglob("*") if p.is_file()] if hub_dir.exists() else []
     assert leftovers == []
@@ -245,7 +256,9 @@ def test_a_split_model_paused_in_its_second_part_resumes_after_a_restart(
         lambda: (s := heard.last(key)) is not None and s.done > files[0].size + 300_000, timeout=WAIT_MS
     )
     services.library_service.pause(key)
-    qtbot.waitUntil(lambda: (s := heard.last(key)) is not None and s.state == PAUSED, timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: (s := heard.last(key)) is not None and s.state == DownloadPhase.PAUSED, timeout=WAIT_MS
+    )
     started.close(services)
 
     hub.faults.rate_bps = None
@@ -253,9 +266,14 @@ def test_a_split_model_paused_in_its_second_part_resumes_after_a_restart(
     services.library_service.refresh()
     # What is left on disk is part 2's partial file: the download is known by it until it resumes.
     part_key = f"{REPO}/{files[1].filename}"
-    qtbot.waitUntil(lambda: (s := heard.last(part_key)) is not None and s.state == PAUSED, timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: (s := heard.last(part_key)) is not None and s.state == DownloadPhase.PAUSED, timeout=WAIT_MS
+    )
     services.library_service.resume(part_key)
-    qtbot.waitUntil(lambda: (s := heard.last(part_key)) is not None and s.state == INSTALLED, timeout=WAIT_MS)
+    qtbot.waitUntil(
+        lambda: (s := heard.last(part_key)) is not None and s.state == DownloadPhase.INSTALLED,
+        timeout=WAIT_MS,
+    )
     state = heard.last(part_key)
     assert state is not None and state.installed is not None
     assert state.installed.name == "tiny-Q8_0" and len(state.installed.parts) == 3

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from app.errors import HearthError
-from app.remote.openai_client import OpenAIClient, RemoteError, StreamCancel, normalize_base_url
+from app.remote.openai_client import (
+    OpenAIClient,
+    RemoteError,
+    StreamCancel,
+    normalize_base_url,
+    request_sampling,
+)
 from inference.protocol import (
     ChatMessage,
     ErrorKind,
@@ -162,6 +168,12 @@ def test_a_key_goes_only_in_the_authorization_header_with_standard_sampling(
         "seed": 5,
     }
     assert "top_k" not in request.body and "fault-key" not in str(request.body)
+
+
+def test_servers_are_sent_only_the_openai_settings_that_are_set() -> None:
+    sent = request_sampling(SamplingParams(top_k=5, min_p=0.2, repeat_penalty=1.3, max_tokens=7))
+    assert sent == {"temperature": 0.7, "top_p": 0.95, "max_tokens": 7}
+    assert request_sampling(SamplingParams(seed=3))["seed"] == 3
 
 
 def test_usage_from_the_server_is_used_for_the_stats(fault_server: FaultServer) -> None:
