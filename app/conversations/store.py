@@ -414,7 +414,10 @@ class ConversationStore:
                 conversation = self._row(session, conversation_id)
             if prompt is not None:
                 prompt_row = MessageRow(
-                    conversation_id=conversation.id, role="user", content=prompt, status=MessageStatus.COMPLETE
+                    conversation_id=conversation.id,
+                    role="user",
+                    content=prompt,
+                    status=MessageStatus.COMPLETE,
                 )
                 prompt_id = self._insert_in(session, conversation, prompt_row, after, now)
                 self._auto_title(conversation, prompt, now)
