@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 from bench.results import add_publish_option, begin
 
 if TYPE_CHECKING:
-    from ui.transcript import MessageRow, Transcript
+    from ui.message_row import MessageRow
+    from ui.transcript import Transcript
 
 IDLE_SECONDS = 2.0
 RESIZE_EVERY_MS = 33

@@ -26,11 +26,12 @@ from app.errors import HearthError
 from app.remote.registry import split_model_name
 from ui.composer import Composer
 from ui.context_meter import ContextMeter
+from ui.message_row import ReplyStats, TranscriptEntry
 from ui.model_bar import ModelBar
 from ui.provenance import ProvenanceDialog
 from ui.safe_browser import ConfirmOpen, OpenUrl
 from ui.status_line import plain_label
-from ui.transcript import ReplyStats, Transcript, TranscriptEntry
+from ui.transcript import Transcript
 from ui.undo_bar import UndoBar
 from ui.window_context import WindowContext
 

@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 from app.paths import HearthPaths
 from app.qt.services import AppServices
 from ui.main_window import MainWindow
-from ui.transcript import MessageRow
+from ui.message_row import MessageRow
 
 LOAD_TIMEOUT_MS = 20_000
 

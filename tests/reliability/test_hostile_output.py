@@ -28,7 +28,8 @@ from app.qt.services import AppServices
 from tests.reliability.conftest import RecordFault, messages_missing
 from tests.ui.test_ui_safe_browser import _FileOpenWatch
 from ui.main_window import MainWindow
-from ui.transcript import Transcript, TranscriptEntry
+from ui.message_row import TranscriptEntry
+from ui.transcript import Transcript
 
 pytestmark = [
     pytest.mark.gui,

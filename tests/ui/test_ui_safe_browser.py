@@ -23,8 +23,9 @@ from PySide6.QtWidgets import QApplication, QMessageBox, QToolTip, QWidget
 from pytestqt.qtbot import QtBot
 
 from ui.markdown import Segment
+from ui.message_row import TranscriptEntry
 from ui.safe_browser import blocked_image, confirm_open_url
-from ui.transcript import Transcript, TranscriptEntry
+from ui.transcript import Transcript
 
 pytestmark = pytest.mark.gui
 

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 import ui.markdown
-import ui.transcript as transcript_module
+import ui.message_row
 from app.core import Core
 from app.paths import HearthPaths
 from app.settings import Settings, load_settings, save_settings
@@ -22,7 +22,9 @@ from tests.app.chat.test_reasoning_storage import THINKING_TEMPLATE
 from tests.helpers.model_files import with_chat_template
 from tests.helpers.ui_fixtures import GuiSessions, click, rows
 from ui.markdown import RenderStyle, Segment
-from ui.transcript import FLUSH_INTERVAL_MS, Transcript, TranscriptEntry
+from ui.message_row import TranscriptEntry
+from ui.row_view import FLUSH_INTERVAL_MS
+from ui.transcript import Transcript
 
 pytestmark = pytest.mark.gui
 
@@ -50,7 +52,7 @@ def plain_renders(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         seen.append(text)
         return real(text, style, monospace=monospace)
 
-    monkeypatch.setattr(transcript_module, "render_plain", counting)
+    monkeypatch.setattr(ui.message_row, "render_plain", counting)
     yield seen
 
 

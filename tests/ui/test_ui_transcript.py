@@ -16,19 +16,16 @@ from PySide6.QtWidgets import QApplication, QToolTip, QWidget
 from pytestqt.qtbot import QtBot
 
 import ui.markdown
+import ui.message_row
+import ui.row_view
 import ui.safe_browser as safe_browser
-import ui.transcript as transcript_module
+import ui.transcript
 from tests.ui.test_ui_safe_browser import _FileOpenWatch, _write_png
 from ui.markdown import RenderStyle, Segment
+from ui.message_row import TAIL_MARKDOWN_LIMIT, MessageRow, ReplyStats, TranscriptEntry
+from ui.row_view import FLUSH_INTERVAL_MS
 from ui.theme import DARK, LIGHT
-from ui.transcript import (
-    FLUSH_INTERVAL_MS,
-    TAIL_MARKDOWN_LIMIT,
-    MessageRow,
-    ReplyStats,
-    Transcript,
-    TranscriptEntry,
-)
+from ui.transcript import Transcript
 
 pytestmark = pytest.mark.gui
 
@@ -75,7 +72,7 @@ def renders(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, bool]]]
         seen.append((source, settled))
         return real(source, style, settled=settled)
 
-    monkeypatch.setattr(transcript_module, "render_markdown", counting)
+    monkeypatch.setattr(ui.message_row, "render_markdown", counting)
     yield seen
 
 
@@ -259,7 +256,7 @@ def test_a_200_message_conversation_opens_without_rendering_every_message(
 def test_rows_far_away_let_go_of_their_documents(
     qtbot: QtBot, transcript: Transcript, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(transcript_module, "MAX_RENDERED_ROWS", 30)
+    monkeypatch.setattr(ui.row_view, "MAX_RENDERED_ROWS", 30)
     transcript.set_entries(_history(120))
     qtbot.waitUntil(lambda: all(row.measured_width is not None for row in transcript.rows()), timeout=10_000)
     qtbot.waitUntil(lambda: sum(1 for row in transcript.rows() if row.segments is not None) <= 30)
@@ -590,8 +587,8 @@ def test_pieces_painted_from_their_images_look_as_painted_directly(
     code = "\n".join(f"total_{i} = add({i}, 'x')  # step {i}" for i in range(400))
     reply = _huge_table(200) + f"\n```python\n{code}\n```\n"
     shots: list[list[QImage]] = []
-    for limit in (0, transcript_module.PIECE_IMAGES_BYTES):
-        monkeypatch.setattr(transcript_module, "PIECE_IMAGES_BYTES", limit)
+    for limit in (0, ui.transcript.PIECE_IMAGES_BYTES):
+        monkeypatch.setattr(ui.transcript, "PIECE_IMAGES_BYTES", limit)
         view = Transcript(confirm_open=links.confirm, open_url=links.open)
         qtbot.addWidget(view)
         view.resize(700, 500)
