@@ -65,30 +65,37 @@ def _thinking_quote(reasoning: str, seconds: float | None) -> list[str]:
     return [heading, ">", *(f"> {line}" if line else ">" for line in reasoning.splitlines())]
 
 
+# The message fields an export writes and an import reads back as they are (ids, sampling and times are
+# translated on the way).
+CARRIED_FIELDS = (
+    "role",
+    "content",
+    "status",
+    "error",
+    "model_name",
+    "model_sha256",
+    "prompt_tokens",
+    "completion_tokens",
+    "ttft_ms",
+    "tokens_per_second",
+    "seed",
+    "template",
+    "quantization",
+    "context_note",
+    "server_name",
+    "server_url",
+    "reasoning",
+    "reasoning_seconds",
+)
+
+
 def message_record(m: Message) -> dict[str, Any]:
     """A message as JSON: the shape of exports and of `hearth conversations show --json`."""
     return {
         "id": m.id,
         "parent_id": m.parent_id,
-        "role": m.role,
-        "content": m.content,
-        "status": m.status,
-        "error": m.error,
-        "model_name": m.model_name,
-        "model_sha256": m.model_sha256,
-        "prompt_tokens": m.prompt_tokens,
-        "completion_tokens": m.completion_tokens,
-        "ttft_ms": m.ttft_ms,
-        "tokens_per_second": m.tokens_per_second,
+        **{name: getattr(m, name) for name in CARRIED_FIELDS},
         "sampling": m.sampling,
-        "seed": m.seed,
-        "template": m.template,
-        "quantization": m.quantization,
-        "context_note": m.context_note,
-        "server_name": m.server_name,
-        "server_url": m.server_url,
-        "reasoning": m.reasoning,
-        "reasoning_seconds": m.reasoning_seconds,
         "created_at": m.created_at.isoformat(),
         "updated_at": m.updated_at.isoformat(),
     }
@@ -268,25 +275,8 @@ def _imported_messages(
             "id": ids[m.key],
             "conversation_id": conversation_id,
             "parent_id": ids[m.parent_key] if m.parent_key is not None else None,
-            "role": m.role,
-            "content": m.content,
-            "status": m.status,
-            "error": m.error,
-            "model_name": m.model_name,
-            "model_sha256": m.model_sha256,
-            "prompt_tokens": m.prompt_tokens,
-            "completion_tokens": m.completion_tokens,
-            "ttft_ms": m.ttft_ms,
-            "tokens_per_second": m.tokens_per_second,
+            **{name: getattr(m, name) for name in CARRIED_FIELDS},
             "sampling_json": json.dumps(m.sampling, sort_keys=True) if m.sampling is not None else None,
-            "seed": m.seed,
-            "template": m.template,
-            "quantization": m.quantization,
-            "context_note": m.context_note,
-            "server_name": m.server_name,
-            "server_url": m.server_url,
-            "reasoning": m.reasoning,
-            "reasoning_seconds": m.reasoning_seconds,
             "created_at": m.created_at,
             "updated_at": m.updated_at or m.created_at,
         }
