@@ -47,6 +47,11 @@ class HearthPaths:
         return self.home / "settings.json"
 
     @property
+    def attachments_dir(self) -> Path:
+        """Attached files by content (app.attachments.files.FileStore)."""
+        return self.home / "attachments"
+
+    @property
     def backups_dir(self) -> Path:
         return self.home / "backups"
 

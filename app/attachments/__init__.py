@@ -1,0 +1,1 @@
+"""Files that messages hold (documents, images), stored once by content."""
