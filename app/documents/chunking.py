@@ -146,7 +146,8 @@ def _characters(text: str, start: int, end: int, target: int, count: TokenCounte
     slices; the slice length is found by halving, so a real tokenizer is asked O(log n) times per slice."""
     position = start
     while position < end:
-        low, high = position + 1, end
+        # No tokenizer packs 32 characters into a token on average, so the slice lies within that window.
+        low, high = position + 1, min(end, position + 32 * target)
         while low < high:
             middle = (low + high + 1) // 2
             if count(text[position:middle]) <= target:

@@ -1,8 +1,9 @@
 """Real document files built in the test, and the hostile variants of them.
 
-PDFs are written with pypdf: each page has a genuine text layer, a Type0 font with Identity-H encoding and a
-ToUnicode map (the way CJK PDFs are made), so pypdf's extractor reads Latin and Chinese back alike. The font
-program itself is not embedded: a viewer substitutes one, and text extraction never needs glyphs.
+PDFs are written with pypdf: each page has a genuine text layer. ASCII lines use the standard Helvetica
+font; other lines a Type0 font with Identity-H encoding and a ToUnicode map (the way CJK PDFs are made), so
+pypdf's extractor reads Latin and Chinese back alike. The CJK font program itself is not embedded: a viewer
+substitutes one, and text extraction never needs glyphs.
 
 Zip containers are rewritten member by member (`rewrite_zip`) to plant bombs and deep XML in otherwise
 valid DOCX/XLSX/PPTX/EPUB files; `claim_size` patches a member's declared size to claim gigabytes while the
@@ -56,7 +57,18 @@ def _to_unicode(chars: set[str]) -> bytes:
     return "\n".join(lines).encode("ascii")
 
 
-def pdf_bytes(pages: Sequence[Sequence[str]], *, title: str | None = None, password: str | None = None) -> bytes:
+def _show(line: str) -> str:
+    """A line drawn as a PDF word processor draws it: ASCII as a literal string in a standard font, anything
+    else as two-byte codes in the Type0 font."""
+    if line.isascii():
+        escaped = line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+        return f"/F2 10 Tf ({escaped}) Tj T*"
+    return "/F1 10 Tf <" + "".join(f"{ord(char):04X}" for char in line) + "> Tj T*"
+
+
+def pdf_bytes(
+    pages: Sequence[Sequence[str]], *, title: str | None = None, password: str | None = None
+) -> bytes:
     """A PDF with one page per entry, each line of it drawn as text (Basic Multilingual Plane only); an
     empty entry is a page with a filled rectangle and no text, as a scanned page looks to an extractor.
     `password` encrypts it (RC4-128) with that user password; "" encrypts it openable by anyone."""
@@ -91,14 +103,24 @@ def pdf_bytes(pages: Sequence[Sequence[str]], *, title: str | None = None, passw
             }
         )
     )
+    helvetica = writer._add_object(
+        DictionaryObject(
+            {
+                NameObject("/Type"): NameObject("/Font"),
+                NameObject("/Subtype"): NameObject("/Type1"),
+                NameObject("/BaseFont"): NameObject("/Helvetica"),
+                NameObject("/Encoding"): NameObject("/WinAnsiEncoding"),
+            }
+        )
+    )
     for lines in pages:
         page = writer.add_blank_page(612, 792)
         page[NameObject("/Resources")] = DictionaryObject(
-            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})}
+            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font, NameObject("/F2"): helvetica})}
         )
         if lines:
-            ops = ["BT", "/F1 10 Tf", "12 TL", "50 750 Td"]
-            ops.extend("<" + "".join(f"{ord(char):04X}" for char in line) + "> Tj T*" for line in lines)
+            ops = ["BT", "12 TL", "50 750 Td"]
+            ops.extend(_show(line) for line in lines)
             ops.append("ET")
         else:
             ops = ["0.5 g", "50 50 500 700 re f"]
@@ -112,7 +134,9 @@ def pdf_bytes(pages: Sequence[Sequence[str]], *, title: str | None = None, passw
     return buffer.getvalue()
 
 
-def rewrite_zip(source: bytes, replace: Mapping[str, bytes], *, add: Mapping[str, bytes] | None = None) -> bytes:
+def rewrite_zip(
+    source: bytes, replace: Mapping[str, bytes], *, add: Mapping[str, bytes] | None = None
+) -> bytes:
     """The zip `source` with the named members' contents replaced and `add`'s members appended."""
     out = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(source)) as old, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as new:
@@ -146,7 +170,9 @@ def billion_laughs(root: str = "w:document") -> bytes:
     entities = ['<!ENTITY lol0 "lol">']
     entities += [f'<!ENTITY lol{level} "{("&lol" + str(level - 1) + ";") * 10}">' for level in range(1, 10)]
     return (
-        f'<?xml version="1.0"?>\n<!DOCTYPE {root} [\n' + "\n".join(entities) + f"\n]>\n<{root}>&lol9;</{root}>"
+        f'<?xml version="1.0"?>\n<!DOCTYPE {root} [\n'
+        + "\n".join(entities)
+        + f"\n]>\n<{root}>&lol9;</{root}>"
     ).encode()
 
 
@@ -155,7 +181,9 @@ def deep_xml(root_open: str, root_close: str, depth: int) -> bytes:
     return (root_open + "<x>" * depth + "</x>" * depth + root_close).encode()
 
 
-def epub_bytes(chapters: Sequence[tuple[str, str]], *, title: str, spine: Sequence[int] | None = None) -> bytes:
+def epub_bytes(
+    chapters: Sequence[tuple[str, str]], *, title: str, spine: Sequence[int] | None = None
+) -> bytes:
     """An EPUB 3 with one XHTML file per (file name, body HTML) chapter, read in `spine` order (indexes
     into `chapters`; by default their order)."""
     order = list(range(len(chapters))) if spine is None else list(spine)

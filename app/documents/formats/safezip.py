@@ -72,7 +72,7 @@ def _check_entry_count(fh: BinaryIO, name: str, limit: int) -> None:
     at = tail.rfind(b"PK\x05\x06")
     if at < 0 or len(tail) - at < _EOCD.size:
         return
-    directory_size = _EOCD.unpack_from(tail, at)[6]
+    directory_size = _EOCD.unpack_from(tail, at)[5]
     end = tail_start + at
     locator_at = end - _ZIP64_LOCATOR.size
     if locator_at >= _ZIP64_EOCD.size:

@@ -44,7 +44,9 @@ def test_pdf_pages_keep_their_text_and_numbers(tmp_path: Path) -> None:
 
 
 def test_pdf_with_an_empty_user_password_opens(tmp_path: Path) -> None:
-    path = write(tmp_path / "restricted.pdf", pdf_bytes([["Printing is restricted, reading is not."]], password=""))
+    path = write(
+        tmp_path / "restricted.pdf", pdf_bytes([["Printing is restricted, reading is not."]], password="")
+    )
     assert "reading is not" in extract(path).text
 
 
@@ -58,8 +60,9 @@ def test_docx_headings_become_section_paths(tmp_path: Path) -> None:
     document.add_paragraph("Run the AppImage.")
     document.add_paragraph(CHINESE)
     table = document.add_table(rows=3, cols=3)
-    for row, values in zip(table.rows, [["OS", "Size", "Notes"], ["Linux", "90 MB", "a|b"], ["Mac", "", ""]]):
-        for cell, value in zip(row.cells, values):
+    grid = [["OS", "Size", "Notes"], ["Linux", "90 MB", "a|b"], ["Mac", "", ""]]
+    for row, values in zip(table.rows, grid, strict=True):
+        for cell, value in zip(row.cells, values, strict=True):
             cell.text = value
     # A cell merged across two columns is one cell of text, not two.
     merged = table.cell(2, 1).merge(table.cell(2, 2))
@@ -128,7 +131,8 @@ def test_csv_dialect_is_sniffed_and_tsv_read_by_tabs(tmp_path: Path) -> None:
     assert doc.kind is DocumentKind.CSV
     assert doc.sections == (
         Section(
-            '| name | city | note |\n| Ana | Lisboa | likes tea |\n| 李雷 | 北京 | 喜欢茶 |\n| Bob | Paris | says "hi"; waves |',
+            "| name | city | note |\n| Ana | Lisboa | likes tea |\n| 李雷 | 北京 | 喜欢茶 |\n"
+            '| Bob | Paris | says "hi"; waves |',
             "rows 1–4",
         ),
     )
@@ -164,7 +168,8 @@ def test_pptx_slides_carry_shapes_tables_and_notes(tmp_path: Path) -> None:
 
 
 def test_html_keeps_visible_text_by_heading(tmp_path: Path) -> None:
-    page = """<!DOCTYPE html><html><head><title>Hearth &amp; you</title>
+    page = (
+        """<!DOCTYPE html><html><head><title>Hearth &amp; you</title>
     <style>body { color: red }</style><script>var secret = "not text";</script></head>
     <body><p>Intro   text
     wraps.</p><nav>Home</nav>
@@ -172,14 +177,19 @@ def test_html_keeps_visible_text_by_heading(tmp_path: Path) -> None:
     <h2>Linux</h2><table><tr><th>Distro</th><th>Package</th></tr><tr><td>Debian</td><td>.deb</td></tr></table>
     <pre>  indented
       code</pre>
-    <h1>中文</h1><p>""" + CHINESE + """</p><noscript>Enable JS</noscript></body></html>"""
+    <h1>中文</h1><p>"""
+        + CHINESE
+        + """</p><noscript>Enable JS</noscript></body></html>"""
+    )
     doc = extract(write(tmp_path / "page.html", page.encode()))
     assert doc.kind is DocumentKind.HTML
     assert doc.title == "Hearth & you"
     assert doc.sections == (
         Section("Intro text wraps.\n\nHome", "beginning"),
         Section("Install\n\nDownload it.\nThen run it.", "Install"),
-        Section("Linux\n\n| Distro | Package |\n| Debian | .deb |\n\n  indented\n      code", "Install > Linux"),
+        Section(
+            "Linux\n\n| Distro | Package |\n| Debian | .deb |\n\n  indented\n      code", "Install > Linux"
+        ),
         Section("中文\n\n" + CHINESE, "中文"),
     )
     assert "secret" not in doc.text and "color" not in doc.text and "Enable JS" not in doc.text
@@ -192,7 +202,8 @@ def test_html_meta_charset_is_honoured(tmp_path: Path) -> None:
 
 
 def test_markdown_splits_at_headings_not_inside_code(tmp_path: Path) -> None:
-    text = """---
+    text = (
+        """---
 title: "Notes"
 ---
 Preface line.
@@ -213,7 +224,9 @@ Use the AppImage.
 apt install hearth
 
 # 使用
-""" + CHINESE
+"""
+        + CHINESE
+    )
     doc = extract(write(tmp_path / "notes.md", text.encode()))
     assert doc.kind is DocumentKind.MARKDOWN
     assert doc.title == "Notes"
@@ -245,7 +258,10 @@ def test_chinese_text_in_any_common_encoding(tmp_path: Path, encoded: bytes, lab
 
 
 def test_cp1252_and_slightly_damaged_utf8_are_read(tmp_path: Path) -> None:
-    assert extract(write(tmp_path / "fr.txt", "Café crème, déjà vu.".encode("cp1252"))).text == "Café crème, déjà vu."
+    assert (
+        extract(write(tmp_path / "fr.txt", "Café crème, déjà vu.".encode("cp1252"))).text
+        == "Café crème, déjà vu."
+    )
     damaged = ("naïve café " * 500).encode("utf-8") + b"\xff" + " déjà".encode()
     text = extract(write(tmp_path / "damaged.txt", damaged)).text
     assert text.startswith("naïve café") and text.endswith("\ufffd déjà")
@@ -287,7 +303,10 @@ def test_epub_chapters_follow_the_spine(tmp_path: Path) -> None:
     data = epub_bytes(
         [
             ("b.xhtml", "<h1>Chapter Two</h1><p>Second.</p>"),
-            ("a.xhtml", "<h1>Chapter One</h1><p>First &amp; foremost.</p><h2>Part</h2><p>" + CHINESE + "</p>"),
+            (
+                "a.xhtml",
+                "<h1>Chapter One</h1><p>First &amp; foremost.</p><h2>Part</h2><p>" + CHINESE + "</p>",
+            ),
             ("c.xhtml", "<p>No heading here.</p>"),
         ],
         title="A Book",
