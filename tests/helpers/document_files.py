@@ -150,16 +150,30 @@ def rewrite_zip(
 def claim_size(source: bytes, member: str, size: int) -> bytes:
     """The zip with `member`'s uncompressed size declared as `size` (under 4 GiB) in its central
     directory and local header, its data unchanged: a bomb's claim without the bomb's bulk."""
+    return _patch_member(source, member, local_offset=22, central_offset=24, value=size)
+
+
+def mark_encrypted(source: bytes, member: str) -> bytes:
+    """The zip with `member` flagged as encrypted (general-purpose bit 0), as a password-protected zip has
+    it; zipfile itself cannot write one."""
+    with zipfile.ZipFile(io.BytesIO(source)) as archive:
+        flags = archive.getinfo(member).flag_bits | 0x1
+    return _patch_member(source, member, local_offset=6, central_offset=8, value=flags, width="<H")
+
+
+def _patch_member(
+    source: bytes, member: str, *, local_offset: int, central_offset: int, value: int, width: str = "<L"
+) -> bytes:
     data = bytearray(source)
     with zipfile.ZipFile(io.BytesIO(source)) as archive:
         info = archive.getinfo(member)
-    struct.pack_into("<L", data, info.header_offset + 22, size)
+    struct.pack_into(width, data, info.header_offset + local_offset, value)
     encoded = member.encode("utf-8")
     at = data.find(b"PK\x01\x02")
     while at >= 0:
         name_length = struct.unpack_from("<H", data, at + 28)[0]
         if bytes(data[at + 46 : at + 46 + name_length]) == encoded:
-            struct.pack_into("<L", data, at + 24, size)
+            struct.pack_into(width, data, at + central_offset, value)
             return bytes(data)
         at = data.find(b"PK\x01\x02", at + 4)
     raise KeyError(member)

@@ -5,6 +5,7 @@ and Pillow beneath them) cost nothing at start-up."""
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from collections.abc import Iterator
 from typing import Any, BinaryIO, Final
 
@@ -20,6 +21,10 @@ from pptx.shapes.group import GroupShape
 from app.documents.formats.common import SectionCollector, add_row_blocks, table_row
 from app.documents.formats.safezip import open_checked_zip, scan_xml_members
 from app.documents.model import DocumentKind, ExtractedDocument, ExtractionLimits
+
+# openpyxl warns about each feature it drops on reading (drawings, data validation, print areas); none of
+# them is text, and the warnings would only reach the user's terminal as noise.
+warnings.filterwarnings("ignore", category=UserWarning, module="openpyxl")
 
 DOCX_MIME: Final = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 XLSX_MIME: Final = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
@@ -105,9 +110,8 @@ def extract_xlsx(fh: BinaryIO, name: str, limits: ExtractionLimits) -> Extracted
     workbook = openpyxl.load_workbook(fh, read_only=True, data_only=True)
     try:
         collector = SectionCollector(name, limits)
+        # Worksheets only: chartsheets hold no cell values.
         for sheet in workbook.worksheets:
-            if not hasattr(sheet, "iter_rows"):
-                continue
             # The declared dimension may be wrong or hostile (A1:XFD1048576 pads every row to 16,384 cells).
             sheet.reset_dimensions()
             rows = enumerate(sheet.iter_rows(values_only=True), start=1)

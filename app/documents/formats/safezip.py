@@ -34,6 +34,10 @@ def open_checked_zip(fh: BinaryIO, name: str, label: str, limits: ExtractionLimi
     for member in members:
         if member.flag_bits & 0x1:
             raise DocumentError(f"{name} is password-protected.")
+        # zipfile inflates bzip2 and LZMA without an output bound per read (deflate has one), and no Office
+        # file or EPUB uses them.
+        if member.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise DocumentError(f"{name} uses a compression method {label} files never use.")
         if member.file_size > limits.max_member_bytes:
             raise DocumentError(
                 f"{name} holds a part that unpacks to {human_size(member.file_size)}; the limit is "

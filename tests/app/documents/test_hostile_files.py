@@ -22,6 +22,7 @@ from tests.helpers.document_files import (
     claim_size,
     deep_xml,
     epub_bytes,
+    mark_encrypted,
     pdf_bytes,
     rewrite_zip,
     write,
@@ -285,3 +286,49 @@ def test_unsupported_files(tmp_path: Path) -> None:
 def test_invalid_csv(tmp_path: Path) -> None:
     huge_field = b'a,"' + b"x" * 200_000 + b'"\n'
     assert refusal(write(tmp_path / "bad.csv", huge_field)).startswith("bad.csv isn't valid CSV (record 1:")
+
+
+def test_xlsx_declared_dimension_is_not_trusted(tmp_path: Path) -> None:
+    # A1:XFD1048576 would have every row padded to 16,384 cells; the rows present are what is read.
+    sheet = (
+        b'<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+        b'<dimension ref="A1:XFD1048576"/><sheetData>'
+        b'<row r="1"><c r="A1" t="inlineStr"><is><t>top</t></is></c></row>'
+        b'<row r="3"><c r="B3"><v>7</v></c></row>'
+        b"</sheetData></worksheet>"
+    )
+    path = write(tmp_path / "wide.xlsx", rewrite_zip(xlsx_bytes(), {"xl/worksheets/sheet1.xml": sheet}))
+    assert [(s.text, s.location) for s in extract(path).sections] == [
+        ("| top |\n|  | 7 |", "sheet Sheet, rows 1–3")
+    ]
+
+
+def test_zip_members_in_other_compressions_are_refused(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(docx_bytes())) as old, zipfile.ZipFile(out, "w") as new:
+        for info in old.infolist():
+            new.writestr(info.filename, old.read(info), compress_type=zipfile.ZIP_BZIP2)
+    path = write(tmp_path / "bzip.docx", out.getvalue())
+    assert refusal(path) == "bzip.docx uses a compression method Word files never use."
+
+
+def test_password_protected_zip(tmp_path: Path) -> None:
+    book = epub_bytes([("a.xhtml", "<p>x</p>")], title="t")
+    path = write(tmp_path / "locked.epub", mark_encrypted(book, "OEBPS/text/a.xhtml"))
+    assert refusal(path) == "locked.epub is password-protected."
+
+
+def test_epub_without_its_package_files(tmp_path: Path) -> None:
+    book = epub_bytes([("a.xhtml", "<p>x</p>")], title="t")
+    no_container = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(book)) as old, zipfile.ZipFile(no_container, "w") as new:
+        for info in old.infolist():
+            if info.filename != "META-INF/container.xml":
+                new.writestr(info, old.read(info))
+    assert refusal(write(tmp_path / "bare.epub", no_container.getvalue())) == (
+        "bare.epub is damaged: META-INF/container.xml is missing."
+    )
+    empty = rewrite_zip(book, {"META-INF/container.xml": b"<container><rootfiles/></container>"})
+    assert refusal(write(tmp_path / "empty.epub", empty)) == (
+        "empty.epub is damaged: its container names no package document."
+    )
