@@ -90,16 +90,19 @@ def _chunk_section(text: str, target: int, overlap: int, count: TokenCounter) ->
     tokens = 0
     for piece in pieces:
         if start >= 0 and tokens + piece.tokens > target:
-            yield text[start:end].strip()
+            yield _trim(text[start:end])
             start, tokens = _overlap(text, start, end, min(overlap, target - piece.tokens), count)
         if start < 0:
             start = piece.start
         end = piece.end
         tokens += piece.tokens
     if start >= 0:
-        chunk_text = text[start:end].strip()
-        if chunk_text:
-            yield chunk_text
+        yield _trim(text[start:end])
+
+
+def _trim(text: str) -> str:
+    # Leading spaces stay: a chunk of code keeps its first line's indentation.
+    return text.rstrip().lstrip("\r\n")
 
 
 _SPLITTERS: Final = (_PARAGRAPH_BREAK_RE, _SENTENCE_END_RE, _LINE_BREAK_RE)

@@ -153,3 +153,10 @@ def test_extracted_pdf_chunks_carry_page_locations(tmp_path: Path) -> None:
 def test_impossible_sizes_are_rejected(target: int, overlap: int) -> None:
     with pytest.raises(ValueError):
         chunk(document(("text", "s")), target_tokens=target, overlap_tokens=overlap)
+
+
+def test_code_chunks_keep_their_indentation() -> None:
+    code = "\n".join(f"    value_{n} = compute({n})  # step {n}" for n in range(60))
+    chunks = chunk(document((code, "lines 1–60")), target_tokens=50, overlap_tokens=0)
+    assert len(chunks) > 1
+    assert all(line.startswith("    value_") for c in chunks for line in c.text.split("\n"))
