@@ -12,6 +12,8 @@ from typing import Any, BinaryIO, Final
 import docx
 import openpyxl
 import pptx
+from docx.document import Document as DocxDocument
+from docx.styles.style import ParagraphStyle
 from docx.table import Table
 from docx.text.paragraph import Paragraph
 from pptx.shapes.base import BaseShape
@@ -52,12 +54,15 @@ def extract_docx(fh: BinaryIO, name: str, limits: ExtractionLimits) -> Extracted
         collector.add("\n\n".join(body), " > ".join(text for _, text in path) or "beginning")
         body.clear()
 
+    levels = _heading_levels(document)
     for block in document.iter_inner_content():
         if not isinstance(block, Paragraph):
             body.append(_docx_table(block))
             continue
         text = block.text.strip()
-        level = _heading_level(block.style.name if block.style is not None else None)
+        # The style ID straight from the XML: Paragraph.style searches every style per call, which made a
+        # 200-paragraph document take seconds.
+        level = levels.get(block._p.style or "")
         if level is None or not text:
             if text:
                 body.append(text)
@@ -73,15 +78,30 @@ def extract_docx(fh: BinaryIO, name: str, limits: ExtractionLimits) -> Extracted
     return ExtractedDocument(DocumentKind.DOCX, DOCX_MIME, collector.result(), None, title)
 
 
-def _heading_level(style: str | None) -> int | None:
-    """0 for the Title style, 1–9 for "Heading 1"… (python-docx reports built-in styles by their English
-    names whatever the document's language), None for body text."""
-    if not style:
-        return None
-    if style == "Title":
+def _heading_levels(document: DocxDocument) -> dict[str, int]:
+    """Heading level by paragraph style ID: 0 for Title, 1–9 for "Heading 1"… and for custom styles based
+    on them (python-docx reports built-in styles by their English names whatever the document's language)."""
+    by_id = {style.style_id: style for style in document.styles if isinstance(style, ParagraphStyle)}
+    levels: dict[str, int] = {}
+    for style_id, style in by_id.items():
+        current: ParagraphStyle | None = style
+        # Bounded: a hostile file may chain styles in a loop.
+        for _ in range(16):
+            if current is None:
+                break
+            level = _named_level(current.name)
+            if level is not None:
+                levels[style_id] = level
+                break
+            current = current.base_style
+    return levels
+
+
+def _named_level(name: str | None) -> int | None:
+    if name == "Title":
         return 0
-    prefix, _, number = style.partition(" ")
-    if prefix == "Heading" and number.isdigit():
+    prefix, _, number = (name or "").partition(" ")
+    if prefix == "Heading" and number.isdigit() and 1 <= int(number) <= 9:
         return int(number)
     return None
 

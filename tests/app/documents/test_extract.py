@@ -10,6 +10,7 @@ import docx
 import openpyxl
 import pptx
 import pytest
+from docx.enum.style import WD_STYLE_TYPE
 from pptx.util import Inches
 
 from app.documents import DocumentKind, Section, extract, extract_bytes
@@ -71,6 +72,11 @@ def test_docx_headings_become_section_paths(tmp_path: Path) -> None:
     document.add_paragraph("Run the installer.")
     document.add_heading("Usage", level=1)
     document.add_paragraph("Type a message.")
+    # A custom style based on a heading style is a heading of that level.
+    tip_style = document.styles.add_style("Tip heading", WD_STYLE_TYPE.PARAGRAPH)
+    tip_style.base_style = document.styles["Heading 2"]
+    document.add_paragraph("Tips", style="Tip heading")
+    document.add_paragraph("Press Enter to send.")
     path = tmp_path / "guide.docx"
     document.save(str(path))
 
@@ -83,6 +89,7 @@ def test_docx_headings_become_section_paths(tmp_path: Path) -> None:
         "Installation > Linux",
         "Installation > Windows",
         "Usage",
+        "Usage > Tips",
     ]
     linux = doc.sections[2].text
     assert linux.startswith("Linux\n\nRun the AppImage.")
