@@ -42,7 +42,8 @@ def vet(fh: BinaryIO, name: str, label: str, limits: ExtractionLimits) -> None:
 
 def extract_docx(fh: BinaryIO, name: str, limits: ExtractionLimits) -> ExtractedDocument:
     """Paragraphs and tables in document order, cut into sections at each heading and located by heading
-    path ("Installation > Linux"); text before the first heading is "beginning"."""
+    path ("Installation > Linux"); text before the first heading is "beginning". The title is the file's
+    own property, or else its first Title paragraph."""
     vet(fh, name, "Word", limits)
     document = docx.Document(fh)
     collector = SectionCollector(name, limits)
@@ -63,12 +64,13 @@ def extract_docx(fh: BinaryIO, name: str, limits: ExtractionLimits) -> Extracted
         # The style ID straight from the XML: Paragraph.style searches every style per call, which made a
         # 200-paragraph document take seconds.
         level = levels.get(block._p.style or "")
-        if level is None or not text:
+        if level is None or level == 0 or not text:
+            # A Title paragraph names the document; as a path element it would prefix every location.
+            if level == 0:
+                title = title or text
             if text:
                 body.append(text)
             continue
-        if level == 0:
-            title = title or text
         flush()
         while path and path[-1][0] >= level:
             path.pop()

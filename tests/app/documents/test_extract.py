@@ -53,7 +53,7 @@ def test_pdf_with_an_empty_user_password_opens(tmp_path: Path) -> None:
 
 def test_docx_headings_become_section_paths(tmp_path: Path) -> None:
     document = docx.Document()
-    document.core_properties.title = "Install guide"
+    document.add_heading("Install guide", level=0)
     document.add_paragraph("Read this first.")
     document.add_heading("Installation", level=1)
     document.add_paragraph("Hearth installs in a minute.")
