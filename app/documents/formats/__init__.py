@@ -1,0 +1,1 @@
+"""One module per family of formats; each turns an open binary file into an ExtractedDocument."""
