@@ -82,9 +82,9 @@ def _attribute(value: str) -> str:
     return value.replace("&", "&amp;").replace('"', "&quot;").replace("\n", " ")
 
 
-Retrieve = Callable[[str, Sequence[str], int], Sequence[Passage]]
-"""(question, attachment sha256s to search, how many) -> passages, best first. Collections are searched
-by the caller, which passes their passages in."""
+Retrieve = Callable[[str, Sequence[AttachedText], int], Sequence[Passage]]
+"""(question, the attachments to search, how many) -> passages, best first. Collections are searched by
+the caller, which passes their passages in."""
 
 
 def plan(
@@ -112,7 +112,7 @@ def plan(
             searched.append(doc)
     candidates: list[Passage] = list(collection_passages)
     if searched and retrieve is not None:
-        candidates += retrieve(question, [doc.sha256 for doc in searched], MAX_PASSAGES)
+        candidates += retrieve(question, searched, MAX_PASSAGES)
     candidates.sort(key=lambda p: p.score, reverse=True)
     passages: list[Passage] = []
     for passage in candidates[:MAX_PASSAGES]:

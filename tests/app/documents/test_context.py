@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.documents.context import MAX_PASSAGES, AttachedText, Passage, plan
+from app.documents.context import MAX_PASSAGES, AttachedText, Passage, Retrieve, plan
 
 
 def words(text: str) -> int:
@@ -16,18 +16,22 @@ def doc(name: str, n_words: int) -> AttachedText:
     return AttachedText(name, name.encode().hex().ljust(64, "0")[:64], " ".join(["word"] * n_words))
 
 
-def passages_from(found: list[tuple[str, Sequence[str], int]]):  # type: ignore[no-untyped-def]
-    def retrieve(question: str, shas: Sequence[str], limit: int) -> list[Passage]:
-        found.append((question, tuple(shas), limit))
+Found = list[tuple[str, tuple[str, ...], int]]
+
+
+def passages_from(found: Found) -> Retrieve:
+    def retrieve(question: str, docs: Sequence[AttachedText], limit: int) -> list[Passage]:
+        found.append((question, tuple(d.sha256 for d in docs), limit))
+        sha = docs[0].sha256
         return [
-            Passage("big.pdf", shas[0], f"page {i}", f"passage {i} " * 10, 1.0 / (i + 1)) for i in range(20)
+            Passage(docs[0].name, sha, f"page {i}", f"passage {i} " * 10, 1.0 / (i + 1)) for i in range(20)
         ]
 
     return retrieve
 
 
 def test_attachments_that_fit_go_in_whole_and_nothing_is_searched() -> None:
-    found: list[tuple[str, Sequence[str], int]] = []
+    found: Found = []
     context = plan(
         "What changed?",
         [doc("a.txt", 100), doc("b.md", 200)],
@@ -43,7 +47,7 @@ def test_attachments_that_fit_go_in_whole_and_nothing_is_searched() -> None:
 
 
 def test_one_that_does_not_fit_is_searched_and_the_reply_is_told() -> None:
-    found: list[tuple[str, Sequence[str], int]] = []
+    found: Found = []
     small, big = doc("notes.txt", 50), doc("big.pdf", 5000)
     context = plan(
         "Who signed?", [big, small], budget_tokens=200, count_tokens=words, retrieve=passages_from(found)
