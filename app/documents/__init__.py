@@ -1,0 +1,1 @@
+"""Documents: files people attach and folders they collect, cut into passages and retrieved for a question."""
