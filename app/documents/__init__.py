@@ -1,5 +1,5 @@
-"""Documents: reading text out of the files people attach (PDF, Office, HTML, Markdown, text, code, EPUB)
-safely, and cutting it into passages for retrieval. Pure Python: no Qt, no database."""
+"""Documents: files people attach and folders they collect, read safely, cut into passages and retrieved
+for a question."""
 
 from app.documents.chunking import Chunk, chunk, estimate_tokens
 from app.documents.extract import extract, extract_bytes

@@ -1,5 +1,5 @@
-"""ORM tables. Only app.storage.db, app.conversations.store and app.library.installed see these; everyone
-else gets plain dataclasses, and the enums of the columns' values (MessageStatus).
+"""ORM tables. Only app.storage.db, app.conversations.store, app.library.installed and app.documents see
+these; everyone else gets plain dataclasses, and the enums of the columns' values (MessageStatus).
 
 The schema itself is created by the hand-written Alembic revisions in app/storage/migrations; these models
 must match them (tests/app/storage/test_db.py compares the two).
@@ -18,8 +18,10 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -34,9 +36,10 @@ NAMING_CONVENTION = {
 }
 
 ROLES = ("system", "user", "assistant")
-# Full-text search (revision 0003): FTS5 virtual tables, their shadow tables and the view they index. They
-# are kept in step by triggers, not by the ORM, so schema comparisons leave them out.
-SEARCH_INDEX_TABLES = ("messages_fts", "conversations_fts")
+# Full-text search: FTS5 virtual tables, their shadow tables and the view they index. They are kept in
+# step by triggers (revision 0003) or by app.documents.index (revision 0005), not by the ORM, so schema
+# comparisons leave them out.
+SEARCH_INDEX_TABLES = ("messages_fts", "conversations_fts", "document_chunks_fts")
 
 
 class MessageStatus(enum.StrEnum):
@@ -51,6 +54,10 @@ class MessageStatus(enum.StrEnum):
 
 
 MESSAGE_STATUSES = tuple(MessageStatus)
+# Revision 0005: what a message holds besides its text, and how far a collection's file has got.
+PART_KINDS = ("attachment", "source", "tool_call", "tool_result")
+COLLECTION_FILE_STATUSES = ("pending", "indexed", "changed", "failed", "missing")
+SHA256_HEX = "length({column}) = 64 AND {column} NOT GLOB '*[^0-9a-f]*'"
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -144,7 +151,7 @@ class MessageRow(Base):
 class ModelRow(Base):
     __tablename__ = "models"
     __table_args__ = (
-        CheckConstraint("length(sha256) = 64 AND sha256 NOT GLOB '*[^0-9a-f]*'", name="sha256_hex"),
+        CheckConstraint(SHA256_HEX.format(column="sha256"), name="sha256_hex"),
         CheckConstraint("size_bytes >= 0", name="size_bytes"),
         {"sqlite_autoincrement": True},
     )
@@ -167,3 +174,127 @@ class ModelRow(Base):
     revision: Mapped[str | None] = mapped_column(Text)  # the commit sha the file was pinned to
     filename: Mapped[str | None] = mapped_column(Text)  # path inside the repo (the first part if split)
     parts_json: Mapped[str | None] = mapped_column(Text)  # split GGUFs: every part's name, size, SHA-256
+
+
+class FilesRow(Base):
+    """An attached file, stored once by content at <home>/attachments/<first two hex digits>/<sha256>.
+
+    The row and the bytes go (secure delete) when no message part and no collection file refers to it.
+    """
+
+    __tablename__ = "files"
+    __table_args__ = (
+        CheckConstraint(SHA256_HEX.format(column="sha256"), name="sha256_hex"),
+        CheckConstraint("size_bytes >= 0", name="size_bytes"),
+    )
+
+    sha256: Mapped[str] = mapped_column(Text, primary_key=True)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    mime_type: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class MessagePartRow(Base):
+    """What a message holds besides its text (`messages.content`), in order: attachments, the sources a
+    reply was given, tool calls and their results."""
+
+    __tablename__ = "message_parts"
+    __table_args__ = (
+        # Also the index for a message's parts and for the cascade when messages are deleted.
+        UniqueConstraint("message_id", "position"),
+        Index("ix_message_parts_file_sha256", "file_sha256"),
+        CheckConstraint(f"kind IN ({_quoted(PART_KINDS)})", name="kind"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    message_id: Mapped[int] = mapped_column(Integer, ForeignKey("messages.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(Text)
+    file_sha256: Mapped[str | None] = mapped_column(Text, ForeignKey("files.sha256"))
+    name: Mapped[str | None] = mapped_column(Text)  # an attachment's display name, a tool's name
+    mime_type: Mapped[str | None] = mapped_column(Text)
+    meta_json: Mapped[str | None] = mapped_column(Text)
+    text: Mapped[str | None] = mapped_column(Text)  # a source's snippet, a tool call's arguments or result
+    call_id: Mapped[str | None] = mapped_column(Text)
+    is_error: Mapped[bool] = mapped_column(Boolean, server_default="0")
+
+
+class CollectionRow(Base):
+    __tablename__ = "collections"
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    embedding_model: Mapped[str | None] = mapped_column(Text)  # SHA-256 of the model the vectors came from
+
+
+class CollectionRootRow(Base):
+    """A file or folder (recursive) the user added to a collection, as an absolute path."""
+
+    __tablename__ = "collection_roots"
+    __table_args__ = (UniqueConstraint("collection_id", "path"), {"sqlite_autoincrement": True})
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    collection_id: Mapped[int] = mapped_column(Integer, ForeignKey("collections.id", ondelete="CASCADE"))
+    path: Mapped[str] = mapped_column(Text)
+
+
+class CollectionFileRow(Base):
+    """A file found under a collection's roots. Indexed where it is, never copied."""
+
+    __tablename__ = "collection_files"
+    __table_args__ = (
+        UniqueConstraint("collection_id", "path"),
+        # Whether a passage's content is still used by any collection.
+        Index("ix_collection_files_content_sha256", "content_sha256"),
+        CheckConstraint(f"status IN ({_quoted(COLLECTION_FILE_STATUSES)})", name="status"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    collection_id: Mapped[int] = mapped_column(Integer, ForeignKey("collections.id", ondelete="CASCADE"))
+    path: Mapped[str] = mapped_column(Text)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    mtime_ns: Mapped[int] = mapped_column(Integer)
+    content_sha256: Mapped[str | None] = mapped_column(Text)  # of the bytes last indexed
+    status: Mapped[str] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    indexed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class DocumentChunkRow(Base):
+    """A passage of a file's text. Chunked once per content, shared by every attachment and collection
+    holding the same bytes; `document_chunks_fts` indexes it (kept in step by app.documents.index)."""
+
+    __tablename__ = "document_chunks"
+    __table_args__ = (
+        UniqueConstraint("content_sha256", "ordinal"),
+        CheckConstraint("(embedding IS NULL) = (embedding_model IS NULL)", name="embedding_model"),
+        # Ids are never reused: a chunk id seen in a search cache can only ever mean that chunk.
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    content_sha256: Mapped[str] = mapped_column(Text)
+    ordinal: Mapped[int] = mapped_column(Integer)
+    location: Mapped[str] = mapped_column(Text)  # "page 3", "Installation > Linux", "slide 2"
+    text: Mapped[str] = mapped_column(Text)
+    embedding: Mapped[bytes | None] = mapped_column(LargeBinary)  # float16 little-endian, L2-normalised
+    embedding_model: Mapped[str | None] = mapped_column(Text)
+
+
+class DocumentTextRow(Base):
+    """An attachment's extracted text, once per content, as (text, location) sections in reading order."""
+
+    __tablename__ = "document_texts"
+
+    content_sha256: Mapped[str] = mapped_column(Text, primary_key=True)
+    kind: Mapped[str] = mapped_column(Text)  # app.documents.model.DocumentKind
+    mime_type: Mapped[str] = mapped_column(Text)
+    title: Mapped[str | None] = mapped_column(Text)
+    pages: Mapped[int | None] = mapped_column(Integer)
+    chars: Mapped[int] = mapped_column(Integer)
+    sections_json: Mapped[str] = mapped_column(Text)

@@ -1,0 +1,626 @@
+"""The passage index: full-text (FTS5 bm25) and dense vectors over `document_chunks`, fused for a question.
+
+A file's text is chunked once per content (its SHA-256) and shared by every attachment and collection
+holding the same bytes. `search` ranks the passages of a scope (some contents, or a collection) twice:
+
+- by bm25 over `document_chunks_fts`, whose terms app.documents.segment derives (CJK text as bigrams);
+- by exact cosine similarity to the question's embedding, over every passage of the scope;
+
+takes the best CANDIDATES of each and fuses the two lists by Reciprocal Rank Fusion (Cormack, Clarke and
+Büttcher, SIGIR 2009): score = sum over the lists of 1 / (RRF_K + rank). Ranks, not scores, because the
+two scores share no scale: bm25 is unbounded and depends on the corpus and the question's length, and a
+model's cosines sit in a band of its own (E5's crowd into 0.7-0.9), so any weighted sum would need tuning
+per model and per collection. k = 60 is the constant of that paper, robust across the TREC collections
+it was tried on, and the default of Elasticsearch, OpenSearch and Azure AI Search: large enough that a
+passage ranked well by both lists beats one ranked first by only one, small enough that the top of each
+list still counts for more than its tail.
+
+Vectors are stored as float16 little-endian, L2-normalised (768 bytes at 384 dimensions). Reading 100,000
+blobs out of SQLite for every question would take most of a second, so each (model, scope) pair keeps
+its matrix in memory, built on first use and dropped when a write makes it stale: a generation counter
+counts this process's writes, and the database's own counters (the chunk id sequence, a collection's
+`updated_at`) catch those of another process (a `hearth docs` command while the window is open). Hits
+are read back from the database inside the scope, so a passage deleted meanwhile is never returned.
+
+Exactness at speed: NumPy has no fast float16 arithmetic, and a float32 copy is 1.5 KB a passage read at
+memory speed for every question. So the cached matrix also holds an int8 copy (one scale per row). A
+first pass scores every row in int8; since rounding moves each coordinate by at most half a step, each
+row's true cosine lies within a known bound of its int8 score, so every row that could still reach the
+top CANDIDATES is kept and only those (a few hundred) are scored again in float16. The result is exactly
+the float16 cosine top list, from a pass that reads a quarter of the bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence, Set
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from app.documents.segment import index_terms, match_any, question_terms
+from app.storage.db import Database
+
+# How many passages each ranking contributes to the fusion.
+CANDIDATES = 50
+RRF_K = 60
+# Passages full-text search ranks per question, at most. FTS5 scores every passage matching any term and
+# counts each term's passages to weigh it, so a word found in most passages ("the", 的) would cost time
+# in proportion to the collection while adding next to nothing to bm25 (its IDF is near zero). Terms are
+# taken rarest first while the passages they match together fit this budget; the common ones are left to
+# the vectors (the idea of Lucene's CommonTermsQuery cut-off). A fixed number keeps the cost flat as a
+# collection grows.
+FTS_BUDGET = 5000
+# Matrices kept per (model, scope): a few collections and the attachments of the chats in use.
+CACHE_ENTRIES = 8
+# Collection files whose passages are searched: a changed file keeps its last indexed passages until it
+# is indexed again; missing and failed files are left out.
+SEARCHABLE_STATUSES = ("indexed", "changed")
+EMBEDDING_DTYPE = np.dtype("<f2")
+# From this many vectors on, they are ranked on a second thread while the full text is ranked.
+_BACKGROUND_ROWS = 20_000
+# Rows scored per step of the int8 pass: the float32 copy of a block stays in the CPU cache.
+_BLOCK_ROWS = 1024
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+Scope: TypeAlias = int | Set[str]
+"""A collection id, or the SHA-256s of the contents to search (a chat's attachments)."""
+
+FloatArray: TypeAlias = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class ChunkInput:
+    text: str
+    location: str  # "page 3", "Installation > Linux", "sheet Budget, rows 1-40"
+    ordinal: int  # the passage's place in its document
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk_id: int
+    content_sha256: str
+    ordinal: int
+    location: str
+    text: str
+    score: float  # the fused score: higher is better
+    fts_rank: int | None  # 1 = the best full-text match; None when full-text did not rank it
+    vector_rank: int | None  # 1 = the nearest vector; None when the vectors did not rank it
+
+
+@dataclass(frozen=True)
+class IndexCounts:
+    contents: int
+    chunks: int
+    embedded: int  # chunks with a vector
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    """The vectors of one (model, scope), as read at `generation` / `stamp`."""
+
+    generation: int
+    stamp: tuple[object, ...]
+    ids: npt.NDArray[np.int64]
+    vectors: npt.NDArray[np.float16]
+    sketch: npt.NDArray[np.int8]  # vectors / (row scale / 127), rounded
+    scales: FloatArray  # row scale / 127: sketch * scales ≈ vectors
+    slack: FloatArray  # the most rounding moved any coordinate of the row
+
+    @classmethod
+    def build(cls, generation: int, stamp: tuple[object, ...], ids: list[int], blobs: list[bytes]) -> _Matrix:
+        dims = {len(blob) for blob in blobs}
+        if len(dims) > 1:
+            raise ValueError(f"vectors of one model must have one size; found {sorted(dims)} bytes")
+        width = len(blobs[0]) // EMBEDDING_DTYPE.itemsize if blobs else 0
+        vectors = np.frombuffer(b"".join(blobs), dtype=EMBEDDING_DTYPE).reshape(len(blobs), width)
+        wide = vectors.astype(np.float32)
+        peak = np.abs(wide).max(axis=1) if len(blobs) else np.zeros(0, np.float32)
+        scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+        sketch = np.rint(wide / scales[:, None]).astype(np.int8)
+        return cls(
+            generation,
+            stamp,
+            np.asarray(ids, dtype=np.int64),
+            vectors,
+            sketch,
+            scales,
+            (scales / 2.0).astype(np.float32),
+        )
+
+    @property
+    def dims(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def nearest(self, query: FloatArray, n: int) -> list[int]:
+        """The ids of the `n` rows of highest cosine to `query` (unit length), best first."""
+        rows = len(self.ids)
+        if rows == 0 or n < 1:
+            return []
+        coarse = np.empty(rows, dtype=np.float32)
+        block = np.empty((min(rows, _BLOCK_ROWS), self.dims), dtype=np.float32)
+        for start in range(0, rows, _BLOCK_ROWS):
+            stop = min(rows, start + _BLOCK_ROWS)
+            part = block[: stop - start]
+            np.copyto(part, self.sketch[start:stop], casting="unsafe")
+            # einsum, not matmul: OpenBLAS would wake its threads for each block, and they keep
+            # spinning afterwards, taking the CPU from everything else in the process.
+            np.einsum("ij,j->i", part, query, out=coarse[start:stop])
+        coarse *= self.scales
+        # |cosine - coarse| <= slack * sum|q|, plus a margin for float32 summation.
+        bound = self.slack * float(np.abs(query).sum()) + 1e-4
+        if n < rows:
+            floor = np.partition(coarse - bound, rows - n)[rows - n]
+            candidates = np.flatnonzero(coarse + bound >= floor)
+        else:
+            candidates = np.arange(rows)
+        # In float64: near-duplicate passages differ by less than float32 can tell apart near 1.0.
+        exact = np.einsum("ij,j->i", self.vectors[candidates].astype(np.float64), query.astype(np.float64))
+        best = candidates[np.argsort(-exact, kind="stable")[:n]]
+        return [int(i) for i in self.ids[best]]
+
+
+class _Background:
+    """The vector ranking on a thread of its own while SQLite ranks the full text on the caller's: both
+    release the GIL, so a question costs the slower of the two instead of their sum."""
+
+    def __init__(self, matrix: _Matrix, query: FloatArray, n: int) -> None:
+        self._result: list[int] = []
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(matrix, query, n), name="hearth-vector-search", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, matrix: _Matrix, query: FloatArray, n: int) -> None:
+        try:
+            self._result = matrix.nearest(query, n)
+        except BaseException as exc:  # handed to the caller by result()
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> list[int]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def _unit_rows(embeddings: npt.ArrayLike, rows: int) -> npt.NDArray[np.float16]:
+    matrix = np.asarray(embeddings, dtype=np.float32)
+    if matrix.ndim != 2 or matrix.shape[0] != rows or matrix.shape[1] == 0:
+        raise ValueError(f"embeddings must have shape ({rows}, dims); got {matrix.shape}")
+    if not np.isfinite(matrix).all():
+        raise ValueError("embeddings must be finite")
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise ValueError("an embedding is all zeros")
+    unit: npt.NDArray[np.float16] = (matrix / norms).astype(EMBEDDING_DTYPE)
+    return unit
+
+
+def _unit_query(vector: npt.ArrayLike) -> FloatArray:
+    query = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(query))
+    if not np.isfinite(query).all() or norm == 0:
+        raise ValueError("the query vector must be finite and not all zeros")
+    return query / norm
+
+
+def _check_sha256(value: str) -> None:
+    if not _SHA256.fullmatch(value):
+        raise ValueError(f"not a lowercase hex SHA-256: {value!r}")
+
+
+def _fuse(fts: Sequence[int], vectors: Sequence[int]) -> list[tuple[int, float, int | None, int | None]]:
+    """(chunk id, RRF score, fts rank, vector rank), best first; ties go to the better single rank."""
+    ranks: dict[int, list[int | None]] = {}
+    for position, chunk_id in enumerate(fts, start=1):
+        ranks.setdefault(chunk_id, [None, None])[0] = position
+    for position, chunk_id in enumerate(vectors, start=1):
+        ranks.setdefault(chunk_id, [None, None])[1] = position
+    fused = [
+        (chunk_id, sum(1.0 / (RRF_K + r) for r in pair if r is not None), pair[0], pair[1])
+        for chunk_id, pair in ranks.items()
+    ]
+    fused.sort(key=lambda item: (-item[1], min(r for r in item[2:] if r is not None), item[0]))
+    return fused
+
+
+class ChunkIndex:
+    """Passages and their vectors in the app's database. Thread-safe; share one per Database, so that
+    its writes invalidate its own caches at once."""
+
+    def __init__(self, db: Database, *, candidates: int = CANDIDATES, cache_entries: int = CACHE_ENTRIES):
+        self._db = db
+        self._candidates = candidates
+        self._cache_entries = cache_entries
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._matrices: OrderedDict[tuple[str, object], _Matrix] = OrderedDict()
+        # How many passages each term matches (up to FTS_BUDGET + 1), as of chunk id sequence `_counted_at`.
+        self._term_counts: dict[str, int] = {}
+        self._counted_at: object = None
+
+    # Writing ---------------------------------------------------------------------------------------------
+
+    def add_chunks(
+        self,
+        content_sha256: str,
+        chunks: Sequence[ChunkInput],
+        embeddings: npt.ArrayLike | None,
+        embedding_model: str | None,
+    ) -> None:
+        """Store a content's passages (and their vectors, one row each, in chunk order), replacing any
+        stored before, in one transaction. Vectors are L2-normalised and stored as float16."""
+        _check_sha256(content_sha256)
+        if (embeddings is None) != (embedding_model is None):
+            raise ValueError("embeddings and embedding_model go together")
+        ordinals = [chunk.ordinal for chunk in chunks]
+        if len(set(ordinals)) != len(ordinals):
+            raise ValueError("chunk ordinals must be unique")
+        blobs: list[bytes | None] = [None] * len(chunks)
+        if embeddings is not None:
+            blobs = [row.tobytes() for row in _unit_rows(embeddings, len(chunks))]
+        with self._db.session() as session:
+            self._delete_contents(session, [content_sha256])
+            rows = [
+                {
+                    "sha": content_sha256,
+                    "ordinal": chunk.ordinal,
+                    "location": chunk.location,
+                    "text": chunk.text,
+                    "embedding": blob,
+                    "model": embedding_model if blob is not None else None,
+                }
+                for chunk, blob in zip(chunks, blobs, strict=True)
+            ]
+            if rows:
+                session.execute(
+                    text(
+                        "INSERT INTO document_chunks (content_sha256, ordinal, location, text, embedding, "
+                        "embedding_model) VALUES (:sha, :ordinal, :location, :text, :embedding, :model)"
+                    ),
+                    rows,
+                )
+                ids = session.execute(
+                    text("SELECT id, ordinal FROM document_chunks WHERE content_sha256 = :sha"),
+                    {"sha": content_sha256},
+                ).all()
+                by_ordinal = {chunk.ordinal: chunk for chunk in chunks}
+                session.execute(
+                    text("INSERT INTO document_chunks_fts (rowid, terms) VALUES (:id, :terms)"),
+                    [{"id": row.id, "terms": index_terms(by_ordinal[row.ordinal].text)} for row in ids],
+                )
+        self.invalidate()
+
+    def delete_unreferenced(self, session: Session, among: Iterable[str] | None = None) -> int:
+        """Delete, inside the caller's transaction, the passages of contents that no collection file and
+        no message part refers to (of `among` only, when given). Returns how many passages went.
+
+        For stores that remove the references in the same transaction; call `invalidate` after it commits.
+        """
+        unreferenced = (
+            "SELECT DISTINCT content_sha256 FROM document_chunks AS c WHERE "
+            "NOT EXISTS (SELECT 1 FROM collection_files AS f WHERE f.content_sha256 = c.content_sha256) "
+            "AND NOT EXISTS (SELECT 1 FROM message_parts AS p WHERE p.file_sha256 = c.content_sha256)"
+        )
+        if among is None:
+            shas = session.execute(text(unreferenced)).scalars().all()
+        else:
+            shas = (
+                session.execute(
+                    text(f"{unreferenced} AND content_sha256 IN (SELECT value FROM json_each(:shas))"),
+                    {"shas": json.dumps(sorted(set(among)))},
+                )
+                .scalars()
+                .all()
+            )
+        return self._delete_contents(session, shas)
+
+    def compact(self, session: Session) -> None:
+        """Rewrite the full-text index without the terms of deleted passages.
+
+        FTS5 deletes by adding tombstones, and the words stay in older segments until they are merged;
+        merging everything drops them, and secure_delete zeroes the freed pages (as for messages).
+        """
+        session.execute(text("INSERT INTO document_chunks_fts (document_chunks_fts) VALUES ('optimize')"))
+
+    def remove_unreferenced(self) -> int:
+        """Delete the passages no collection and no message uses any more, leaving none of their text on
+        disk. Returns how many went."""
+        with self._db.session() as session:
+            removed = self.delete_unreferenced(session)
+            if removed:
+                self.compact(session)
+        if removed:
+            self.invalidate()
+            self._db.checkpoint()
+        return removed
+
+    def invalidate(self) -> None:
+        """Drop every cached matrix: the passages or a collection's files changed."""
+        with self._lock:
+            self._generation += 1
+            self._matrices.clear()
+            self._term_counts.clear()
+
+    def _delete_contents(self, session: Session, shas: Sequence[str]) -> int:
+        if not shas:
+            return 0
+        params = {"shas": json.dumps(list(shas))}
+        old = session.execute(
+            text(
+                "SELECT id, text FROM document_chunks "
+                "WHERE content_sha256 IN (SELECT value FROM json_each(:shas))"
+            ),
+            params,
+        ).all()
+        if old:
+            # External content: FTS5 removes a row's terms only when handed the same terms again.
+            session.execute(
+                text(
+                    "INSERT INTO document_chunks_fts (document_chunks_fts, rowid, terms) "
+                    "VALUES ('delete', :id, :terms)"
+                ),
+                [{"id": row.id, "terms": index_terms(row.text)} for row in old],
+            )
+            session.execute(
+                text(
+                    "DELETE FROM document_chunks WHERE content_sha256 IN (SELECT value FROM json_each(:shas))"
+                ),
+                params,
+            )
+        return len(old)
+
+    # Reading ---------------------------------------------------------------------------------------------
+
+    def has_chunks(self, content_sha256: str, embedding_model: str | None = None) -> bool:
+        """Whether the content's passages are stored (all with vectors from `embedding_model`, if given):
+        whether indexing it again can be skipped."""
+        with self._db.read_session() as session:
+            row = session.execute(
+                text(
+                    "SELECT count(*) AS chunks, "
+                    "count(*) FILTER (WHERE embedding_model IS :model) AS matching "
+                    "FROM document_chunks WHERE content_sha256 = :sha"
+                ),
+                {"sha": content_sha256, "model": embedding_model},
+            ).one()
+        if row.chunks == 0:
+            return False
+        return embedding_model is None or row.matching == row.chunks
+
+    def counts(self, scope: Scope | None = None) -> IndexCounts:
+        """How many contents, passages and vectors are stored (in `scope`, if given)."""
+        condition, params = ("1", {}) if scope is None else _scope_condition(scope, "content_sha256")
+        with self._db.read_session() as session:
+            row = session.execute(
+                text(
+                    "SELECT count(DISTINCT content_sha256) AS contents, count(*) AS chunks, "
+                    f"count(embedding) AS embedded FROM document_chunks WHERE {condition}"
+                ),
+                params,
+            ).one()
+        return IndexCounts(row.contents, row.chunks, row.embedded)
+
+    def search(
+        self,
+        query_text: str,
+        query_vector: npt.ArrayLike | None,
+        *,
+        scope: Scope,
+        embedding_model: str | None = None,
+        limit: int = 8,
+    ) -> list[Hit]:
+        """The `limit` passages of `scope` that best answer the question, best first.
+
+        Full-text always (when the question has words); vectors too when `query_vector` is given, which
+        then needs the `embedding_model` it was made with (passages embedded by another model are not
+        compared with it). Either side alone is enough: a question with no word in common with any
+        passage is still answered by its vector.
+        """
+        if limit < 1:
+            return []
+        if query_vector is not None and embedding_model is None:
+            raise ValueError("a query vector needs the embedding_model it was made with")
+        n = max(self._candidates, limit)
+        condition, params = _scope_condition(scope, "c.content_sha256")
+        terms = question_terms(query_text)
+        with self._db.read_session() as session:
+            sequence = session.execute(
+                text("SELECT seq FROM sqlite_sequence WHERE name = 'document_chunks'")
+            ).scalar()
+            background: _Background | None = None
+            nearest: list[int] = []
+            if query_vector is not None:
+                assert embedding_model is not None
+                query = _unit_query(query_vector)
+                matrix = self._matrix(session, scope, embedding_model, sequence)
+                if len(matrix.ids) and matrix.dims != query.shape[0]:
+                    raise ValueError(
+                        f"the query vector has {query.shape[0]} dimensions; the passages embedded by "
+                        f"{embedding_model} have {matrix.dims}"
+                    )
+                if len(matrix.ids) >= _BACKGROUND_ROWS:
+                    background = _Background(matrix, query, n)
+                else:
+                    nearest = matrix.nearest(query, n)
+            try:
+                fts = self._full_text(
+                    session, sequence, terms, condition, params, n, fallback=query_vector is None
+                )
+            finally:
+                if background is not None:
+                    background.join()
+            if background is not None:
+                nearest = background.result()
+            fused = _fuse(fts, nearest)
+            rows = {
+                row.id: row
+                for row in session.execute(
+                    text(
+                        "SELECT c.id, c.content_sha256, c.ordinal, c.location, c.text "
+                        "FROM document_chunks AS c "
+                        f"WHERE c.id IN (SELECT value FROM json_each(:ids)) AND {condition}"
+                    ),
+                    {**params, "ids": json.dumps([item[0] for item in fused])},
+                )
+            }
+        hits = []
+        for chunk_id, score, fts_rank, vector_rank in fused:
+            row = rows.get(chunk_id)
+            if row is None:  # deleted since the matrix was read, or moved out of the scope
+                continue
+            hits.append(
+                Hit(
+                    chunk_id,
+                    row.content_sha256,
+                    row.ordinal,
+                    row.location,
+                    row.text,
+                    score,
+                    fts_rank,
+                    vector_rank,
+                )
+            )
+            if len(hits) == limit:
+                break
+        return hits
+
+    def _full_text(
+        self,
+        session: Session,
+        sequence: object,
+        terms: list[str],
+        condition: str,
+        params: dict[str, object],
+        n: int,
+        *,
+        fallback: bool,
+    ) -> list[int]:
+        """The ids of the best `n` passages of the scope by bm25, best first."""
+        chosen = self._selective(session, sequence, terms, fallback=fallback)
+        if not chosen:
+            return []
+        return list(
+            session.execute(
+                text(
+                    "SELECT f.rowid FROM document_chunks_fts AS f "
+                    "CROSS JOIN document_chunks AS c ON c.id = f.rowid "
+                    f"WHERE document_chunks_fts MATCH :match AND {condition} "
+                    "ORDER BY f.rank LIMIT :n"
+                ),
+                {**params, "match": match_any(chosen), "n": n},
+            ).scalars()
+        )
+
+    def _selective(
+        self, session: Session, sequence: object, terms: list[str], *, fallback: bool
+    ) -> list[str]:
+        """The terms worth asking FTS5 for: rarest first, within FTS_BUDGET passages together. With
+        `fallback` (no vectors to lean on), the rarest term that matches anything when none fits."""
+        if not terms:
+            return []
+        with self._lock:
+            if self._counted_at != sequence or len(self._term_counts) > 100_000:
+                self._term_counts.clear()
+                self._counted_at = sequence
+            counts = {term: self._term_counts.get(term.lower()) for term in terms}
+        missing = [term for term, count in counts.items() if count is None]
+        if missing:
+            probes = " UNION ALL ".join(
+                f"SELECT {i} AS i, (SELECT count(*) FROM (SELECT 1 FROM document_chunks_fts "
+                f"WHERE document_chunks_fts MATCH :t{i} LIMIT :cap)) AS n"
+                for i in range(len(missing))
+            )
+            found = session.execute(
+                text(probes),
+                {"cap": FTS_BUDGET + 1, **{f"t{i}": match_any([t]) for i, t in enumerate(missing)}},
+            ).all()
+            for row in found:
+                counts[missing[row.i]] = row.n
+            with self._lock:
+                if self._counted_at == sequence:
+                    self._term_counts.update((missing[row.i].lower(), row.n) for row in found)
+        chosen: list[str] = []
+        total = 0
+        # Stable: among terms as rare as each other, the question's order.
+        for term in sorted((t for t in terms if counts[t]), key=lambda t: counts[t] or 0):
+            matched = counts[term] or 0
+            if total + matched > FTS_BUDGET:
+                if not chosen and fallback:
+                    chosen.append(term)
+                break
+            chosen.append(term)
+            total += matched
+        return chosen
+
+    def _matrix(self, session: Session, scope: Scope, embedding_model: str, sequence: object) -> _Matrix:
+        key = (embedding_model, _scope_key(scope))
+        stamp = _stamp(session, scope, sequence)
+        with self._lock:
+            generation = self._generation
+            cached = self._matrices.get(key)
+            if cached is not None and cached.generation == generation and cached.stamp == stamp:
+                self._matrices.move_to_end(key)
+                return cached
+        condition, params = _scope_condition(scope, "c.content_sha256")
+        rows = session.execute(
+            text(
+                "SELECT c.id, c.embedding FROM document_chunks AS c "
+                f"WHERE c.embedding_model = :model AND {condition} ORDER BY c.id"
+            ),
+            {**params, "model": embedding_model},
+        ).all()
+        matrix = _Matrix.build(generation, stamp, [row.id for row in rows], [row.embedding for row in rows])
+        with self._lock:
+            # A write that committed while this one was read has moved the generation on: keep it only
+            # for this question.
+            if generation == self._generation:
+                self._matrices[key] = matrix
+                self._matrices.move_to_end(key)
+                while len(self._matrices) > self._cache_entries:
+                    self._matrices.popitem(last=False)
+        return matrix
+
+
+def _scope_key(scope: Scope) -> tuple[str, object]:
+    # bool is an int: True must not quietly mean collection 1.
+    if isinstance(scope, bool) or not isinstance(scope, int | Set):
+        raise TypeError(f"a scope is a collection id or a set of SHA-256s, not {type(scope).__name__}")
+    return ("collection", scope) if isinstance(scope, int) else ("contents", frozenset(scope))
+
+
+def _scope_condition(scope: Scope, column: str) -> tuple[str, dict[str, object]]:
+    """A SQL condition on `column` (a content SHA-256) for the passages in `scope`."""
+    kind, value = _scope_key(scope)
+    if kind == "collection":
+        statuses = ", ".join(f"'{status}'" for status in SEARCHABLE_STATUSES)
+        return (
+            f"{column} IN (SELECT content_sha256 FROM collection_files "
+            f"WHERE collection_id = :collection_id AND status IN ({statuses}))",
+            {"collection_id": value},
+        )
+    assert isinstance(value, frozenset)
+    return f"{column} IN (SELECT value FROM json_each(:shas))", {"shas": json.dumps(sorted(value))}
+
+
+def _stamp(session: Session, scope: Scope, sequence: object) -> tuple[object, ...]:
+    """What changes whenever another process adds passages (the chunk id sequence) or changes the
+    collection's files."""
+    if isinstance(scope, int):
+        updated = session.execute(
+            text("SELECT updated_at FROM collections WHERE id = :id"), {"id": scope}
+        ).scalar()
+        return (sequence, updated)
+    return (sequence,)
