@@ -12,6 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.chat.context_fit import Fitted, check_policy, fit, reply_reserve
+from app.chat.documents import (
+    DEFAULT_SERVER_CONTEXT,
+    PreparedDocuments,
+    TurnDocuments,
+    as_the_model_read_it,
+    budget,
+    prepare,
+)
 from app.chat.reasoning import DEFAULT_MARKERS, ReasoningMarkers, ReplyText, Split, markers_for_template
 from app.chat.runner_queue import Job, RunnerQueue
 from app.conversations.store import (
@@ -21,8 +30,9 @@ from app.conversations.store import (
     ReplyProvenance,
     TurnStart,
 )
+from app.documents.chunking import estimate_tokens
+from app.documents.library import DocumentLibrary
 from app.errors import (
-    ContextOverflow,
     DatabaseError,
     HearthError,
     ModelNotFound,
@@ -65,7 +75,7 @@ FINAL_WRITE_ATTEMPTS = 5
 FINAL_WRITE_BACKOFF_S = 0.5
 # Room kept free for the reply when deciding whether a conversation fits: its max_tokens, but never more
 # than this share of the context (a 4,096-token reply would otherwise leave no room in a 4,096 context).
-REPLY_RESERVE_SHARE = 0.25
+NO_DOCUMENTS = TurnDocuments()
 
 
 class ModelState(enum.StrEnum):
@@ -119,26 +129,6 @@ class ContextUsage:
     fits: bool = True  # used_tokens + reserve_tokens fit without leaving anything out
 
 
-@dataclass(frozen=True)
-class _Fitted:
-    """A prompt checked against the context: what would be sent, and what had to be left out."""
-
-    messages: tuple[ChatMessage, ...]
-    used_tokens: int  # before anything was left out
-    context_tokens: int
-    reserve_tokens: int
-    template_source: str
-    dropped: int = 0
-    fits: bool = True  # False: too long even with every earlier message left out
-    sent_tokens: int = 0  # the prompt left after the cut (when nothing fits: with everything cut)
-
-    def note(self) -> str | None:
-        if not self.dropped:
-            return None
-        were = "message was" if self.dropped == 1 else "messages were"
-        return f"{self.dropped} earlier {were} left out to fit the {self.context_tokens}-token context"
-
-
 class TurnCallbacks:
     """Override what you need; the engine calls these from the thread running the turn."""
 
@@ -163,6 +153,10 @@ class TurnCallbacks:
         pass
 
 
+def _joined_notes(*notes: str | None) -> str | None:
+    return " ".join(note for note in notes if note) or None
+
+
 def _configuration(plan: LoadPlan) -> str:
     layers = f"{plan.n_gpu_layers}/{plan.n_layers} GPU layers and " if plan.n_gpu_layers > 0 else ""
     return f"{layers}a {plan.n_ctx:,}-token context"
@@ -181,10 +175,13 @@ def _memory_note(planned: LoadPlan, loaded: LoadPlan) -> str:
     return f"Loaded with {' and '.join(changes)}: not enough memory." if changes else ""
 
 
-def history_for_prompt(messages: list[Message]) -> list[ChatMessage]:
-    """Earlier turns as the model should see them: failed replies with no text are left out."""
+def history_for_prompt(
+    messages: list[Message], documents: DocumentLibrary | None = None
+) -> list[ChatMessage]:
+    """Earlier turns as the model should see them: failed replies with no text are left out, and a prompt's
+    attachments that went in whole go in again."""
     return [
-        ChatMessage(m.role, m.content)
+        ChatMessage(m.role, as_the_model_read_it(m, documents) if m.role == "user" else m.content)
         for m in messages
         if m.role in ("system", "user", "assistant") and (m.content or m.role == "user")
     ]
@@ -201,8 +198,10 @@ class ChatEngine:
         cpu_kernels_file: Path | None = None,
         hardware: HardwareReport | None = None,
         servers: ServerRegistry | None = None,
+        documents: DocumentLibrary | None = None,
     ) -> None:
         self.store = store
+        self.documents = documents
         self.library = library
         # Read at each use, never copied: a change in the window applies to the next turn.
         self.settings_store = settings
@@ -417,6 +416,7 @@ class ChatEngine:
         system_prompt: str | None = None,
         sampling: SamplingParams | None = None,
         callbacks: TurnCallbacks | None = None,
+        documents: TurnDocuments | None = None,
     ) -> TurnResult:
         """Store the user's message after the current leaf, stream the reply into the database and return
         how it ended.
@@ -438,6 +438,7 @@ class ChatEngine:
                 system_prompt=system_prompt,
                 sampling=sampling,
                 callbacks=callbacks or TurnCallbacks(),
+                documents=documents or TurnDocuments(),
             )
 
     def regenerate(
@@ -543,8 +544,10 @@ class ChatEngine:
         system_prompt: str | None,
         sampling: SamplingParams | None,
         callbacks: TurnCallbacks,
+        documents: TurnDocuments = NO_DOCUMENTS,
     ) -> TurnResult:
-        """Reply after `path` (root → the message to follow), adding the user's `prompt` first if given."""
+        """Reply after `path` (root → the message to follow), adding the user's `prompt` first if given,
+        with the documents it comes with."""
         self._save_unsaved()
         target = self.remote_target(model_name)
         if target is not None:
@@ -557,6 +560,7 @@ class ChatEngine:
                 system_prompt=system_prompt,
                 sampling=sampling,
                 callbacks=callbacks,
+                documents=documents,
             )
         resolved = self.generation_settings(conversation, model_name)
         sampling = sampling or resolved.sampling
@@ -564,9 +568,13 @@ class ChatEngine:
         model = self._model
         assert model is not None
         system = system_prompt if system_prompt is not None else resolved.system_prompt
-        fitted = self._fit(self._prompt_messages(system, path, prompt), bool(system), sampling.max_tokens)
+        messages = self._prompt_messages(system, path, prompt)
+        prepared = self._prepare_documents(messages, prompt, documents, sampling.max_tokens)
+        if prepared is not None and prompt is not None:
+            messages[-1] = ChatMessage("user", prepared.prompt(prompt))
+        fitted = self._fit(messages, bool(system), sampling.max_tokens)
         self._check_policy(fitted)
-        note = fitted.note()
+        note = _joined_notes(prepared.context.note if prepared else None, fitted.note())
         turn = self._begin_turn(
             conversation,
             path,
@@ -581,6 +589,7 @@ class ChatEngine:
                 quantization=model.quantization,
                 context_note=note,
             ),
+            prepared,
         )
         conversation_id, user_id, assistant = turn.conversation_id, turn.prompt_id, turn.reply
         callbacks.started(conversation_id, user_id, assistant.id)
@@ -604,6 +613,7 @@ class ChatEngine:
         prompt: str | None,
         system_prompt: str | None,
         reply: ReplyProvenance,
+        prepared: PreparedDocuments | None = None,
     ) -> TurnStart:
         # Explicit parents: the reply follows exactly the messages its prompt was built from, even if the
         # user switches branches meanwhile.
@@ -613,6 +623,29 @@ class ChatEngine:
             after=path[-1].id if path else None,
             system_prompt=system_prompt,
             reply=reply,
+            prompt_parts=prepared.prompt_parts if prepared else (),
+            reply_parts=prepared.reply_parts if prepared else (),
+        )
+
+    def _prepare_documents(
+        self, messages: list[ChatMessage], prompt: str | None, documents: TurnDocuments, max_tokens: int
+    ) -> PreparedDocuments | None:
+        """Plan the documents into what the context has left with the loaded model's own tokenizer."""
+        if prompt is None or documents.empty:
+            return None
+        counted = self._count(messages)
+        reserve = reply_reserve(counted.n_ctx, max_tokens)
+        framing = self._count([ChatMessage("user", "")]).n_tokens
+
+        def count_tokens(text: str) -> int:
+            return self._count([ChatMessage("user", text)]).n_tokens - framing
+
+        return prepare(
+            self.documents,
+            documents,
+            prompt,
+            budget_tokens=budget(counted.n_ctx, counted.n_tokens, reserve),
+            count_tokens=count_tokens,
         )
 
     def _reply_remote(
@@ -626,16 +659,31 @@ class ChatEngine:
         system_prompt: str | None,
         sampling: SamplingParams | None,
         callbacks: TurnCallbacks,
+        documents: TurnDocuments,
     ) -> TurnResult:
         """The same turn answered by a server: no local load and no token count (the server enforces its
-        own context). A server that cannot be reached or refuses the request raises RemoteError before
-        anything is stored, like an unusable local model."""
+        own context; documents are planned for it with an estimate of their tokens). A server that cannot
+        be reached or refuses the request raises RemoteError before anything is stored, like an unusable
+        local model."""
         assert self.servers is not None
         server, remote_model = target
         resolved = self.generation_settings(conversation, model_name)
         sampling = sampling or resolved.sampling
         system = system_prompt if system_prompt is not None else resolved.system_prompt
-        messages = tuple(self._prompt_messages(system, path, prompt))
+        listed = self._prompt_messages(system, path, prompt)
+        prepared = None
+        if prompt is not None and not documents.empty:
+            used = sum(estimate_tokens(m.content) for m in listed)
+            prepared = prepare(
+                self.documents,
+                documents,
+                prompt,
+                budget_tokens=budget(DEFAULT_SERVER_CONTEXT, used, sampling.max_tokens),
+                count_tokens=estimate_tokens,
+            )
+            if prepared is not None:
+                listed[-1] = ChatMessage("user", prepared.prompt(prompt))
+        messages = tuple(listed)
         self._remote_server = server
         callbacks.model_status(self.status())
         request = GenerateRequest(uuid.uuid4().hex, messages, sampling)
@@ -656,7 +704,9 @@ class ChatEngine:
                     sampling.seed,
                     server_name=server.name,
                     server_url=server.url,
+                    context_note=prepared.context.note if prepared else None,
                 ),
+                prepared,
             )
             conversation_id, user_id, assistant = turn.conversation_id, turn.prompt_id, turn.reply
             callbacks.started(conversation_id, user_id, assistant.id)
@@ -667,10 +717,11 @@ class ChatEngine:
         finally:
             stream.close()
 
-    @staticmethod
-    def _prompt_messages(system: str | None, path: list[Message], prompt: str | None) -> list[ChatMessage]:
+    def _prompt_messages(
+        self, system: str | None, path: list[Message], prompt: str | None
+    ) -> list[ChatMessage]:
         messages = [ChatMessage("system", system)] if system else []
-        messages += history_for_prompt(path)
+        messages += history_for_prompt(path, self.documents)
         if prompt is not None:
             messages.append(ChatMessage("user", prompt))
         return messages
@@ -683,65 +734,11 @@ class ChatEngine:
                 self._runner_crashed(self._model.name, exc.message)
             raise HearthError(f"Could not measure the prompt: {exc.message}") from exc
 
-    def _fit(self, messages: list[ChatMessage], has_system: bool, max_tokens: int) -> _Fitted:
-        """Check the prompt against the context, and find the fewest oldest turns to leave out if it is over.
+    def _fit(self, messages: list[ChatMessage], has_system: bool, max_tokens: int) -> Fitted:
+        return fit(messages, has_system, max_tokens, self._count)
 
-        The system prompt and the last message (the prompt being answered) are never left out, and what
-        remains starts with a user message: chat templates expect turns to alternate from there.
-        """
-        full = self._count(messages)
-        n_ctx = full.n_ctx
-        reserve = min(max_tokens, int(n_ctx * REPLY_RESERVE_SHARE))
-        fitted = _Fitted(tuple(messages), full.n_tokens, n_ctx, reserve, full.template_source)
-        if full.n_tokens + reserve <= n_ctx or len(messages) < 2:
-            return dataclasses.replace(
-                fitted, fits=full.n_tokens + reserve <= n_ctx, sent_tokens=full.n_tokens
-            )
-        head = messages[:1] if has_system else []
-        body = messages[len(head) : -1]
-        last = messages[-1]
-        cuts = [i for i in range(1, len(body) + 1) if i == len(body) or body[i].role == "user"]
-        best: tuple[int, TokenCount] | None = None
-        low, high = 0, len(cuts) - 1
-        smallest: TokenCount | None = None
-        # Fewer tokens the more is cut, so a binary search over the cut points needs log2(turns) counts.
-        while low <= high:
-            middle = (low + high) // 2
-            candidate = self._count([*head, *body[cuts[middle] :], last])
-            if middle == len(cuts) - 1:
-                smallest = candidate
-            if candidate.n_tokens + reserve <= n_ctx:
-                best = (cuts[middle], candidate)
-                high = middle - 1
-            else:
-                low = middle + 1
-        if best is None:
-            return dataclasses.replace(
-                fitted, fits=False, sent_tokens=smallest.n_tokens if smallest else full.n_tokens
-            )
-        cut, counted = best
-        return dataclasses.replace(
-            fitted,
-            messages=(*head, *body[cut:], last),
-            dropped=cut,
-            template_source=counted.template_source,
-            sent_tokens=counted.n_tokens,
-        )
-
-    def _check_policy(self, fitted: _Fitted) -> None:
-        policy = self.settings.overflow_policy
-        if not fitted.fits:
-            raise ContextOverflow(
-                f"The message needs {fitted.sent_tokens} tokens plus {fitted.reserve_tokens} for the "
-                f"reply, more than the model's {fitted.context_tokens}-token context even with every earlier "
-                "message left out. Shorten it, or raise the context length in the conversation's settings."
-            )
-        if fitted.dropped and policy == "refuse":
-            raise ContextOverflow(
-                f"The conversation needs {fitted.used_tokens} tokens plus {fitted.reserve_tokens} for the "
-                f"reply, but the model's context holds {fitted.context_tokens}. Nothing was sent or cut (the "
-                "overflow policy is to refuse): start a new conversation, or raise the context length."
-            )
+    def _check_policy(self, fitted: Fitted) -> None:
+        check_policy(fitted, self.settings.overflow_policy)
 
     def _stream(
         self,

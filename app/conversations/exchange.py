@@ -26,12 +26,12 @@ from app.conversations.importers import (
 from app.conversations.records import (
     Conversation,
     Message,
+    MessagePart,
     MessageTree,
     clean_title,
-    conversation_message_rows,
+    conversation_messages,
     get_conversation,
     live_conversations,
-    message_from_row,
     messages_by_id,
 )
 from app.errors import DatabaseError, HearthError
@@ -98,6 +98,31 @@ def message_record(m: Message) -> dict[str, Any]:
         "sampling": m.sampling,
         "created_at": m.created_at.isoformat(),
         "updated_at": m.updated_at.isoformat(),
+        **({"attachments": [_attachment_record(p) for p in m.attachments]} if m.attachments else {}),
+        **({"sources": [_source_record(p) for p in m.sources]} if m.sources else {}),
+    }
+
+
+def _attachment_record(part: MessagePart) -> dict[str, Any]:
+    return {
+        "name": part.name,
+        "kind": part.meta.get("kind"),
+        "mime_type": part.mime_type,
+        "size": part.size_bytes,
+        "sha256": part.file_sha256,
+        "pages": part.meta.get("pages"),
+        "mode": part.meta.get("mode"),
+    }
+
+
+def _source_record(part: MessagePart) -> dict[str, Any]:
+    return {
+        "name": part.name,
+        "location": part.meta.get("location"),
+        "text": part.text,
+        "score": part.meta.get("score"),
+        "collection": part.meta.get("collection"),
+        "sha256": part.file_sha256 or part.meta.get("content_sha256"),
     }
 
 
@@ -112,8 +137,7 @@ def export_json(db: Database, conversation_id: int) -> dict[str, Any]:
     """A JSON-ready dict, stable across releases of the same `version` (README: "JSON output")."""
     with db.read_session() as session:
         conversation = get_conversation(session, conversation_id)
-        rows = conversation_message_rows(session, conversation_id)
-    messages = [message_from_row(row, (1, 1)) for row in rows]
+        messages = conversation_messages(session, conversation_id)
     return {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,

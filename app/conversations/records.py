@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Row, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from app.errors import ConversationNotFound, HearthError, MessageNotFound
@@ -45,6 +45,24 @@ class Conversation:
 
 
 @dataclass(frozen=True)
+class MessagePart:
+    """What a message holds besides its text (app.storage.orm.MessagePartRow): an attached file (`kind`
+    "attachment", with `file_sha256`), or a passage a reply was given ("source")."""
+
+    kind: str
+    name: str | None
+    file_sha256: str | None
+    mime_type: str | None
+    size_bytes: int | None  # of the stored file
+    meta: dict[str, Any]
+    text: str | None
+
+    @property
+    def is_attachment(self) -> bool:
+        return self.kind == "attachment"
+
+
+@dataclass(frozen=True)
 class Message:
     id: int
     conversation_id: int
@@ -73,6 +91,15 @@ class Message:
     # What a reasoning model thought before answering: shown apart, never sent back to the model.
     reasoning: str | None = None
     reasoning_seconds: float | None = None
+    parts: tuple[MessagePart, ...] = ()
+
+    @property
+    def attachments(self) -> tuple[MessagePart, ...]:
+        return tuple(part for part in self.parts if part.kind == "attachment")
+
+    @property
+    def sources(self) -> tuple[MessagePart, ...]:
+        return tuple(part for part in self.parts if part.kind == "source")
 
 
 def _json_or_none(text_value: str | None) -> dict[str, Any] | None:
@@ -101,7 +128,9 @@ def conversation_from_row(row: Sequence[Any]) -> Conversation:
     )
 
 
-def message_from_row(row: Sequence[Any], position: tuple[int, int]) -> Message:
+def message_from_row(
+    row: Sequence[Any], position: tuple[int, int], parts: tuple[MessagePart, ...] = ()
+) -> Message:
     """From a row of SELECT_MESSAGES, and its place among its siblings."""
     (id_, conversation_id, role, content, status, error, model_name, sha256, prompt_tokens, completion_tokens,
      ttft_ms, tokens_per_second, sampling, seed, created, updated, parent_id, template, quantization,
@@ -133,6 +162,7 @@ def message_from_row(row: Sequence[Any], position: tuple[int, int]) -> Message:
         server_url,
         reasoning,
         reasoning_seconds,
+        parts,
     )
 
 
@@ -222,13 +252,40 @@ def messages_by_id(session: Session, tree: MessageTree, ids: Sequence[int]) -> l
         {"ids": ids_json(ids)},
     )
     by_id = {row[0]: row for row in rows}
-    return [message_from_row(by_id[message_id], tree.position(message_id)) for message_id in ids]
+    parts = parts_of(session, "m.id IN (SELECT value FROM json_each(:ids))", {"ids": ids_json(ids)})
+    return [
+        message_from_row(by_id[message_id], tree.position(message_id), parts.get(message_id, ()))
+        for message_id in ids
+    ]
 
 
-def conversation_message_rows(session: Session, conversation_id: int) -> Sequence[Row[Any]]:
-    return session.execute(
+def parts_of(session: Session, which: str, params: dict[str, Any]) -> dict[int, tuple[MessagePart, ...]]:
+    """The parts of the messages `which` selects (a condition on messages `m`), by message id, in order."""
+    rows = session.execute(
+        text(
+            "SELECT p.message_id, p.kind, p.name, p.file_sha256, p.mime_type, f.size_bytes, p.meta_json, "
+            "p.text "
+            "FROM message_parts p JOIN messages m ON m.id = p.message_id "
+            "LEFT JOIN files f ON f.sha256 = p.file_sha256 "
+            f"WHERE {which} ORDER BY p.message_id, p.position"
+        ),
+        params,
+    )
+    found: dict[int, list[MessagePart]] = {}
+    for message_id, kind, name, sha, mime, size, meta, body in rows:
+        part = MessagePart(kind, name, sha, mime, size, json.loads(meta) if meta else {}, body)
+        found.setdefault(message_id, []).append(part)
+    return {message_id: tuple(parts) for message_id, parts in found.items()}
+
+
+def conversation_messages(session: Session, conversation_id: int) -> list[Message]:
+    """Every message of every branch with its parts, oldest first (a parent before its children)."""
+    rows = session.execute(
         text(f"{SELECT_MESSAGES} WHERE conversation_id = :c ORDER BY id"), {"c": conversation_id}
     ).all()
+    tree = MessageTree((row.id, row.parent_id) for row in rows)
+    parts = parts_of(session, "m.conversation_id = :c", {"c": conversation_id})
+    return [message_from_row(row, tree.position(row.id), parts.get(row.id, ())) for row in rows]
 
 
 def clean_title(title: str) -> str:

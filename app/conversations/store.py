@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +32,14 @@ from app.conversations.records import Conversation, Message
 from app.conversations.search import HIT_END, HIT_START, SearchHit, match_expression
 from app.settings import clean_generation_settings
 from app.storage.db import Database
-from app.storage.orm import MESSAGE_STATUSES, ROLES, ConversationRow, MessageRow, MessageStatus
+from app.storage.orm import (
+    MESSAGE_STATUSES,
+    ROLES,
+    ConversationRow,
+    MessagePartRow,
+    MessageRow,
+    MessageStatus,
+)
 
 # The package's face: what callers import from here, wherever it is defined.
 __all__ = [
@@ -50,6 +57,7 @@ __all__ = [
     "ImportReport",
     "Message",
     "ParentChoice",
+    "PartInput",
     "ReplyProvenance",
     "SearchHit",
     "TurnStart",
@@ -121,6 +129,31 @@ class ReplyProvenance:
             context_note=self.context_note,
             server_name=self.server_name,
             server_url=self.server_url,
+        )
+
+
+@dataclass(frozen=True)
+class PartInput:
+    """A part to store with a message: an attachment (its file already stored, `file_sha256` in `files`)
+    or a source passage of a reply."""
+
+    kind: str  # app.storage.orm.PART_KINDS
+    name: str | None
+    file_sha256: str | None = None
+    mime_type: str | None = None
+    meta: Mapping[str, Any] | None = None
+    text: str | None = None
+
+    def row(self, message_id: int, position: int) -> MessagePartRow:
+        return MessagePartRow(
+            message_id=message_id,
+            position=position,
+            kind=self.kind,
+            name=self.name,
+            file_sha256=self.file_sha256,
+            mime_type=self.mime_type,
+            meta_json=json.dumps(dict(self.meta), ensure_ascii=False, sort_keys=True) if self.meta else None,
+            text=self.text,
         )
 
 
@@ -274,9 +307,7 @@ class ConversationStore:
         """Every message of every branch, oldest first (a parent always comes before its children)."""
         with self._db.read_session() as session:
             self._row(session, conversation_id)
-            rows = records.conversation_message_rows(session, conversation_id)
-            tree = records.MessageTree((row.id, row.parent_id) for row in rows)
-            return [records.message_from_row(row, tree.position(row.id)) for row in rows]
+            return records.conversation_messages(session, conversation_id)
 
     def get_message(self, message_id: int) -> Message:
         with self._db.read_session() as session:
@@ -398,10 +429,15 @@ class ConversationStore:
         after: int | None,
         system_prompt: str | None,
         reply: ReplyProvenance,
+        prompt_parts: Sequence[PartInput] = (),
+        reply_parts: Sequence[PartInput] = (),
     ) -> TurnStart:
         """Everything a turn writes before its first token, in one transaction: the conversation (when
         `conversation_id` is None), the user's prompt after `after` (None: answer `after` again), the
-        title from the first prompt, the model, and the reply's streaming row. A failure leaves nothing."""
+        title from the first prompt, the model, and the reply's streaming row, with the prompt's attachments
+        and the sources the reply is given. A failure leaves nothing."""
+        if prompt is None and prompt_parts:
+            raise ValueError("attachments come with a new prompt")
         now = _now()
         with self._db.session() as session:
             if conversation_id is None:
@@ -420,6 +456,7 @@ class ConversationStore:
                     status=MessageStatus.COMPLETE,
                 )
                 prompt_id = self._insert_in(session, conversation, prompt_row, after, now)
+                session.add_all(part.row(prompt_id, n) for n, part in enumerate(prompt_parts))
                 self._auto_title(conversation, prompt, now)
             else:
                 if after is None:
@@ -427,6 +464,8 @@ class ConversationStore:
                 prompt_id = after
             conversation.model_name = reply.model_name
             reply_id = self._insert_in(session, conversation, reply.row(conversation.id), prompt_id, now)
+            session.add_all(part.row(reply_id, n) for n, part in enumerate(reply_parts))
+            session.flush()
             return TurnStart(conversation.id, prompt_id, self._one_message(session, reply_id))
 
     def flush_streaming_text(self, message_id: int, content: str, *, reasoning: str | None = None) -> bool:
@@ -569,8 +608,11 @@ class ConversationStore:
         row = session.execute(text(f"{records.SELECT_MESSAGES} WHERE id = :id"), {"id": message_id}).first()
         if row is None:
             raise records.message_not_found(message_id)
+        parts = records.parts_of(session, "m.id = :id", {"id": message_id})
         return records.message_from_row(
-            row, self._position(session, row.conversation_id, row.parent_id, message_id)
+            row,
+            self._position(session, row.conversation_id, row.parent_id, message_id),
+            parts.get(message_id, ()),
         )
 
     @staticmethod

@@ -24,7 +24,6 @@ collections at once.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import json
 import os
 import stat
@@ -40,6 +39,7 @@ from sqlalchemy import delete, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.attachments.files import FileStore
 from app.documents.index import ChunkIndex
 from app.errors import HearthError
 from app.storage.db import Database
@@ -213,7 +213,7 @@ class CollectionStore:
 
     `accepts` says which files found in a folder are worth indexing (by default every file that is not
     hidden); files added by name are always taken, so an unsupported one fails with its reason.
-    `attachments_dir` is where stored files live (<home>/attachments): a stored file that removing a
+    `files` is where stored files live (<home>/attachments): a stored file that removing a
     collection leaves unused is deleted there too.
     """
 
@@ -223,12 +223,12 @@ class CollectionStore:
         index: ChunkIndex,
         *,
         accepts: Callable[[Path], bool] | None = None,
-        attachments_dir: Path | None = None,
+        files: FileStore | None = None,
     ) -> None:
         self._db = db
         self._index = index
         self._accepts = accepts or (lambda _path: True)
-        self._attachments_dir = attachments_dir
+        self._files = files
 
     # Collections -----------------------------------------------------------------------------------------
 
@@ -579,23 +579,32 @@ class CollectionStore:
             session.add(file)
         return file
 
-    def _release(self, session: Session, contents: set[str]) -> builtins.list[str]:
-        """After references went: delete the passages and stored-file rows of `contents` that nothing
-        uses now, and compact the full-text index. Returns the stored files to delete from disk."""
-        if not contents:
+    def release_unreferenced(self) -> None:
+        """Delete every passage, extracted text and stored file that no message and no collection uses
+        (after conversations were deleted, or files attached to a message never sent)."""
+        with self._db.session() as session:
+            orphans = self._release(session, None)
+        self._after_release(orphans)
+
+    def _release(self, session: Session, contents: set[str] | None) -> builtins.list[str]:
+        """After references went: delete the passages, extracted texts and stored-file rows of `contents`
+        (None: of everything) that nothing uses now, and compact the full-text index. Returns the stored
+        files to delete from disk."""
+        if contents is not None and not contents:
             return []
         removed = self._index.delete_unreferenced(session, contents)
-        shas = json.dumps(sorted(contents))
-        orphans = list(
-            session.execute(
-                text(
-                    "SELECT sha256 FROM files WHERE sha256 IN (SELECT value FROM json_each(:shas)) "
-                    "AND NOT EXISTS (SELECT 1 FROM message_parts WHERE file_sha256 = files.sha256) "
-                    "AND NOT EXISTS (SELECT 1 FROM collection_files WHERE content_sha256 = files.sha256)"
-                ),
-                {"shas": shas},
-            ).scalars()
+        unused = (
+            "NOT EXISTS (SELECT 1 FROM message_parts WHERE file_sha256 = {sha}) "
+            "AND NOT EXISTS (SELECT 1 FROM collection_files WHERE content_sha256 = {sha})"
         )
+        among = "" if contents is None else "{sha} IN (SELECT value FROM json_each(:shas)) AND "
+        params = {} if contents is None else {"shas": json.dumps(sorted(contents))}
+        files_query = f"SELECT sha256 FROM files WHERE {among}{unused}".replace("{sha}", "files.sha256")
+        orphans = list(session.execute(text(files_query), params).scalars())
+        texts_query = f"DELETE FROM document_texts WHERE {among}{unused}".replace(
+            "{sha}", "document_texts.content_sha256"
+        )
+        session.execute(text(texts_query), params)
         if orphans:
             session.execute(
                 text("DELETE FROM files WHERE sha256 IN (SELECT value FROM json_each(:orphans))"),
@@ -607,29 +616,15 @@ class CollectionStore:
 
     def _after_release(self, orphans: Sequence[str]) -> None:
         self._index.invalidate()
-        if self._attachments_dir is not None:
+        if self._files is not None:
             for sha in orphans:
-                _shred(self._attachments_dir / sha[:2] / sha)
+                self._files.delete(sha)
         # The WAL still holds the deleted pages until it is folded into the file and truncated.
         self._db.checkpoint()
 
 
 def _covers(root: str, path: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _shred(path: Path) -> None:
-    """Overwrite a stored file with zeros before unlinking it, as secure_delete does for the database."""
-    with contextlib.suppress(FileNotFoundError):
-        with path.open("r+b") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(0)
-            block = bytes(1 << 20)
-            for start in range(0, size, len(block)):
-                handle.write(block[: min(len(block), size - start)])
-            handle.flush()
-            os.fsync(handle.fileno())
-        path.unlink()
 
 
 __all__ = [

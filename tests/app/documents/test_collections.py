@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from app.attachments.files import FileStore
 from app.documents.collections import (
     MAX_NAME_CHARS,
     CollectionError,
@@ -30,7 +31,7 @@ from tests.helpers import embedder
 
 @pytest.fixture
 def collections(db: Database, index: ChunkIndex, tmp_path: Path) -> CollectionStore:
-    return CollectionStore(db, index, attachments_dir=tmp_path / "home" / "attachments")
+    return CollectionStore(db, index, files=FileStore(tmp_path / "home" / "attachments"))
 
 
 @pytest.fixture

@@ -1,0 +1,128 @@
+"""A turn's documents: what the model reads (app.documents.context) and what the turn stores with its
+messages (the prompt's attachments, the reply's sources), for a local model and a server alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from app.conversations.records import Message
+from app.conversations.store import PartInput
+from app.documents.context import AttachedText, DocumentContext, Passage, plan
+from app.documents.library import Attachment, DocumentLibrary
+from app.errors import HearthError
+
+# A server that reports no context length is planned for this many tokens (a per-server setting may raise
+# it); vLLM's /v1/models gives max_model_len.
+DEFAULT_SERVER_CONTEXT: Final = 8192
+
+
+@dataclass(frozen=True)
+class TurnDocuments:
+    """What the user attached to this prompt, and the collections the chat answers from."""
+
+    attachments: tuple[Attachment, ...] = ()
+    collections: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.attachments and not self.collections
+
+
+@dataclass(frozen=True)
+class PreparedDocuments:
+    context: DocumentContext
+    prompt_parts: tuple[PartInput, ...]
+    reply_parts: tuple[PartInput, ...]
+
+    def prompt(self, question: str) -> str:
+        return self.context.prompt(question)
+
+
+def prepare(
+    library: DocumentLibrary | None,
+    documents: TurnDocuments,
+    question: str,
+    *,
+    budget_tokens: int,
+    count_tokens: Callable[[str], int],
+) -> PreparedDocuments | None:
+    if documents.empty:
+        return None
+    if library is None:
+        raise HearthError(
+            "Documents cannot be used here: this Hearth was started without its document store."
+        )
+    texts = [library.attached_text(a.name, a.sha256) for a in documents.attachments]
+    found: list[Passage] = []
+    for name in documents.collections:
+        found += library.search_collection(name, question)
+    context = plan(
+        question,
+        texts,
+        budget_tokens=max(budget_tokens, 0),
+        count_tokens=count_tokens,
+        retrieve=library.retrieve,
+        collection_passages=found,
+        collection_names=documents.collections,
+    )
+    whole = {doc.sha256 for doc in context.whole}
+    prompt_parts = tuple(
+        PartInput(
+            "attachment",
+            a.name,
+            a.sha256,
+            a.mime_type,
+            {
+                "kind": a.kind,
+                "pages": a.pages,
+                "chars": a.chars,
+                "mode": "whole" if a.sha256 in whole else "retrieved",
+            },
+        )
+        for a in documents.attachments
+    )
+    attached = {a.sha256 for a in documents.attachments}
+    reply_parts = tuple(
+        PartInput(
+            "source",
+            p.name,
+            # Only stored files can be referred to; a collection's file is where the user keeps it.
+            p.content_sha256 if p.content_sha256 in attached else None,
+            meta={
+                "location": p.location,
+                "score": round(p.score, 6),
+                "collection": p.collection,
+                "content_sha256": p.content_sha256,
+            },
+            text=p.text,
+        )
+        for p in context.passages
+    )
+    return PreparedDocuments(context, prompt_parts, reply_parts)
+
+
+def as_the_model_read_it(message: Message, library: DocumentLibrary | None) -> str:
+    """An earlier prompt as the model was given it: attachments that went in whole go in whole again (a
+    follow-up question is about the same text); passages found for an earlier question are not repeated."""
+    whole = [p for p in message.attachments if p.meta.get("mode") == "whole" and p.file_sha256]
+    if not whole or library is None:
+        return message.content
+    texts: list[AttachedText] = []
+    for part in whole:
+        assert part.file_sha256 is not None
+        try:
+            texts.append(library.attached_text(part.name or "attachment", part.file_sha256))
+        except HearthError:
+            continue
+    return DocumentContext(whole=tuple(texts)).prompt(message.content)
+
+
+def budget(n_ctx: int, prompt_tokens: int, reserve_tokens: int) -> int:
+    """What the documents may take: the context after the prompt as it stands and the reply's reserve."""
+    return n_ctx - prompt_tokens - reserve_tokens
+
+
+def attachments_of(messages: Sequence[Message]) -> tuple[str, ...]:
+    return tuple(p.file_sha256 for m in messages for p in m.attachments if p.file_sha256)

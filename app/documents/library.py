@@ -1,0 +1,290 @@
+"""Documents for chats: attachments (stored by content, extracted once) and collections (indexed in place),
+and the passages that answer a question from either.
+
+The seams it joins: extraction and chunking (app.documents.extract / chunking), the file store
+(app.attachments.files), the passage index and collections (app.documents.index / collections), and an
+embedder: the bundled embedding model in its own runner process (inference.embedding), started only when
+something has to be searched, so a chat whose attachments fit whole never loads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final, Protocol
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import text
+
+from app.attachments.files import FileStore
+from app.documents.chunking import chunk
+from app.documents.collections import CollectionStore, FoundFile
+from app.documents.context import AttachedText, Passage
+from app.documents.extract import extract
+from app.documents.index import ChunkIndex, ChunkInput
+from app.documents.model import DocumentError, ExtractedDocument, Section
+from app.errors import HearthError
+from app.storage.db import Database
+from app.storage.orm import DocumentTextRow, FilesRow
+
+log = logging.getLogger("hearth.documents")
+
+# Passages searched per question before the best are kept: the fused ranking needs candidates to fuse.
+SEARCH_LIMIT: Final = 8
+EMBED_BATCH: Final = 32
+
+
+class Embedder(Protocol):
+    """Turns text into unit vectors. `model_id` names the model the vectors came from (its SHA-256)."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    def embed_passages(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
+
+    def embed_query(self, text: str) -> npt.NDArray[np.float32]: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class Attachment:
+    name: str
+    sha256: str
+    mime_type: str
+    size_bytes: int
+    kind: str  # app.documents.model.DocumentKind
+    pages: int | None
+    chars: int
+
+
+@dataclass(frozen=True)
+class IndexProgress:
+    collection: str
+    done: int
+    total: int
+    path: str  # the file being indexed, "" when finished
+
+
+@dataclass(frozen=True)
+class RefreshReport:
+    collection: str
+    indexed: int
+    failed: tuple[tuple[str, str], ...]  # (path, why)
+    missing: int
+    unchanged: int
+    cancelled: bool = False
+
+
+class DocumentLibrary:
+    def __init__(
+        self,
+        db: Database,
+        files: FileStore,
+        embedder: Callable[[], Embedder] | None,
+    ) -> None:
+        """`embedder` is called the first time something must be embedded (it may start a process)."""
+        self._db = db
+        self.files = files
+        self.index = ChunkIndex(db)
+        self.collections = CollectionStore(db, self.index, files=files)
+        self._embedder_factory = embedder
+        self._embedder: Embedder | None = None
+        self._embedder_lock = threading.Lock()
+
+    # Attachments ---------------------------------------------------------------------------------------
+
+    def attach(self, path: Path) -> Attachment:
+        """Check, extract and store a file for a message. Raises DocumentError / HearthError with one line
+        naming the file; nothing is stored then. The extracted text is kept, so sending never extracts."""
+        document = extract(path)
+        stored = self.files.put_file(path)
+        with self._db.session() as session:
+            if session.get(FilesRow, stored.sha256) is None:
+                session.add(
+                    FilesRow(
+                        sha256=stored.sha256,
+                        size_bytes=stored.size_bytes,
+                        mime_type=document.mime_type,
+                        created_at=datetime.now(UTC),
+                    )
+                )
+            if session.get(DocumentTextRow, stored.sha256) is None:
+                session.add(_text_row(stored.sha256, document))
+        return Attachment(
+            path.name,
+            stored.sha256,
+            document.mime_type,
+            stored.size_bytes,
+            document.kind.value,
+            document.pages,
+            document.chars,
+        )
+
+    def attached_text(self, name: str, sha256: str) -> AttachedText:
+        return AttachedText(name, sha256, self._document(sha256).text)
+
+    def _document(self, sha256: str) -> ExtractedDocument:
+        with self._db.read_session() as session:
+            row = session.get(DocumentTextRow, sha256)
+            if row is None:
+                raise HearthError(f"The text of attachment {sha256[:12]} is missing; attach the file again.")
+            return _document_from_row(row)
+
+    def retrieve(
+        self, question: str, attachments: Sequence[AttachedText], limit: int = SEARCH_LIMIT
+    ) -> list[Passage]:
+        """The passages of these attachments that best answer `question`, indexing them first if needed
+        (the first question about a long file pays for embedding it, once)."""
+        embedder = self._get_embedder()
+        names = {doc.sha256: doc.name for doc in attachments}
+        for sha in names:
+            if not self.index.has_chunks(sha, embedder.model_id):
+                self._index_content(sha, self._document(sha), embedder)
+        hits = self.index.search(
+            question,
+            embedder.embed_query(question),
+            scope=set(names),
+            embedding_model=embedder.model_id,
+            limit=limit,
+        )
+        return [Passage(names[h.content_sha256], h.content_sha256, h.location, h.text, h.score) for h in hits]
+
+    # Collections -----------------------------------------------------------------------------------------
+
+    def search_collection(self, name: str, question: str, limit: int = SEARCH_LIMIT) -> list[Passage]:
+        collection = self.collections.get(name)
+        embedder = self._get_embedder()
+        hits = self.index.search(
+            question,
+            embedder.embed_query(question),
+            scope=collection.id,
+            embedding_model=embedder.model_id,
+            limit=limit,
+        )
+        with self._db.read_session() as session:
+            paths: dict[str, str] = dict(
+                session.execute(
+                    text("SELECT content_sha256, path FROM collection_files WHERE collection_id = :id"),
+                    {"id": collection.id},
+                ).tuples()
+            )
+        return [
+            Passage(
+                paths.get(h.content_sha256, h.content_sha256[:12]),
+                h.content_sha256,
+                h.location,
+                h.text,
+                h.score,
+                collection=name,
+            )
+            for h in hits
+        ]
+
+    def refresh(
+        self,
+        name: str,
+        progress: Callable[[IndexProgress], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> RefreshReport:
+        """Index what changed in the collection's folders since the last time. A file that cannot be read is
+        recorded as failed with its reason and the rest go on; `cancel` stops between files (what was
+        indexed stays indexed)."""
+        plan = self.collections.scan(name)
+        todo = plan.to_index
+        failed: list[tuple[str, str]] = []
+        indexed = 0
+        embedder = self._get_embedder() if todo else None
+        for number, found in enumerate(todo):
+            if cancel is not None and cancel.is_set():
+                return RefreshReport(
+                    name, indexed, tuple(failed), len(plan.missing), len(plan.unchanged), True
+                )
+            if progress is not None:
+                progress(IndexProgress(name, number, len(todo), found.path))
+            assert embedder is not None
+            try:
+                self._index_file(name, found, embedder)
+                indexed += 1
+            except (DocumentError, HearthError, OSError) as exc:
+                reason = str(exc) if isinstance(exc, HearthError) else f"{found.path}: {exc.strerror or exc}"
+                self.collections.mark_failed(name, found.path, reason)
+                failed.append((found.path, reason))
+        if progress is not None:
+            progress(IndexProgress(name, len(todo), len(todo), ""))
+        return RefreshReport(name, indexed, tuple(failed), len(plan.missing), len(plan.unchanged))
+
+    def _index_file(self, name: str, found: FoundFile, embedder: Embedder) -> None:
+        path = Path(found.path)
+        digest = _sha256_of(path)
+        if not self.index.has_chunks(digest, embedder.model_id):
+            self._index_content(digest, extract(path), embedder)
+        self.collections.mark_indexed(name, path, digest, found.size_bytes, found.mtime_ns)
+
+    def _index_content(self, sha256: str, document: ExtractedDocument, embedder: Embedder) -> None:
+        chunks = chunk(document, count_tokens=embedder.count_tokens)
+        vectors = [
+            embedder.embed_passages([c.text for c in chunks[i : i + EMBED_BATCH]])
+            for i in range(0, len(chunks), EMBED_BATCH)
+        ]
+        matrix = np.concatenate(vectors) if vectors else np.zeros((0, 1), dtype=np.float32)
+        self.index.add_chunks(
+            sha256,
+            [ChunkInput(c.text, c.location, c.ordinal) for c in chunks],
+            matrix,
+            embedder.model_id,
+        )
+
+    # Shared ----------------------------------------------------------------------------------------------
+
+    def _get_embedder(self) -> Embedder:
+        with self._embedder_lock:
+            if self._embedder is None:
+                if self._embedder_factory is None:
+                    raise HearthError(
+                        "No embedding model is installed, so documents too long to read whole cannot be "
+                        "searched. Reinstall Hearth, or choose an embedding model in the library."
+                    )
+                self._embedder = self._embedder_factory()
+            return self._embedder
+
+    def close(self) -> None:
+        with self._embedder_lock:
+            closer = getattr(self._embedder, "close", None)
+            if closer is not None:
+                closer()
+            self._embedder = None
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as reader:
+        while block := reader.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _text_row(sha256: str, document: ExtractedDocument) -> DocumentTextRow:
+    return DocumentTextRow(
+        content_sha256=sha256,
+        kind=document.kind.value,
+        mime_type=document.mime_type,
+        title=document.title,
+        pages=document.pages,
+        chars=document.chars,
+        sections_json=json.dumps([[s.text, s.location] for s in document.sections], ensure_ascii=False),
+    )
+
+
+def _document_from_row(row: DocumentTextRow) -> ExtractedDocument:
+    from app.documents.model import DocumentKind
+
+    sections = tuple(Section(text, location) for text, location in json.loads(row.sections_json))
+    return ExtractedDocument(DocumentKind(row.kind), row.mime_type, sections, row.pages, row.title)
