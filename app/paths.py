@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 
+from app.errors import HearthError
 from app.fsutil import make_private_dir, tighten
 
 HOME_ENV = "HEARTH_HOME"
@@ -84,3 +86,32 @@ def resolve_home(cli_home: str | os.PathLike[str] | None = None) -> HearthPaths:
     else:
         raw = Path(platformdirs.user_data_dir("Hearth", appauthor=False))
     return HearthPaths(raw.expanduser().resolve())
+
+
+EMBEDDING_MODEL_ENV = "HEARTH_EMBEDDING_MODEL"
+# What packaging/embedding_model.py builds (its type suffix may change with the build).
+EMBEDDING_MODEL_PATTERN = "multilingual-e5-small-*.gguf"
+
+
+def bundled_embedding_model() -> Path | None:
+    """The embedding model Hearth ships, None when this installation has none.
+
+    HEARTH_EMBEDDING_MODEL names another file (a missing one is an error, not a fall-back); then the file
+    scripts/bootstrap.sh builds into the virtual environment (sys.prefix/share/hearth/models); then the
+    frozen bundle's `models/` folder, where the starter model is too (app/library/installed.py).
+    """
+    override = os.environ.get(EMBEDDING_MODEL_ENV)
+    if override:
+        path = Path(override).expanduser()
+        if not path.is_file():
+            raise HearthError(f"{EMBEDDING_MODEL_ENV} names {path}, which is not a file")
+        return path.resolve()
+    places = [Path(sys.prefix) / "share" / "hearth" / "models"]
+    frozen_dir = getattr(sys, "_MEIPASS", None) if getattr(sys, "frozen", False) else None
+    if frozen_dir is not None:
+        places.append(Path(frozen_dir) / "models")
+    for place in places:
+        found = sorted(place.glob(EMBEDDING_MODEL_PATTERN))
+        if found:
+            return found[-1]
+    return None

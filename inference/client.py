@@ -8,7 +8,7 @@ import multiprocessing
 import signal
 import threading
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -89,7 +89,11 @@ class _Interrupted:
 
 class RunnerClient:
     """Owns one runner process. Not thread-safe: one worker thread drives it; `cancel()` may be called
-    from any thread because it only sets a cross-process flag."""
+    from any thread because it only sets a cross-process flag.
+
+    `entry` is the runner process's main function, called with the same arguments as runner_main: the
+    embedding runner (inference.embedder) is another one, driven through `exchange`.
+    """
 
     def __init__(
         self,
@@ -97,8 +101,10 @@ class RunnerClient:
         *,
         prompt_timeout_s: float = PROMPT_TIMEOUT_S,
         kernel_memory: CpuKernelMemory | None = None,
+        entry: Callable[..., None] = runner_main,
     ) -> None:
         self._log_path = log_path
+        self._entry = entry
         self._prompt_timeout_s = prompt_timeout_s
         self._kernel_memory = kernel_memory or CpuKernelMemory(None)
         self._kernels: CpuKernels | None = None  # chosen at the first start (scoring loads the variants)
@@ -144,7 +150,7 @@ class RunnerClient:
         kernels = self.kernels
         variant = None if kernels.variant == BUILT_IN else kernels.variant
         process = self._ctx.Process(
-            target=runner_main,
+            target=self._entry,
             args=(child, self._cancel, log_path, variant, kernels.reason),
             name="hearth-runner",
             daemon=True,
@@ -383,6 +389,19 @@ class RunnerClient:
                 raise RunnerError(reply.kind, reply.message)
             assert isinstance(reply, TokenCount) and reply.request_id == request.request_id
             return reply
+
+    def exchange(self, request: object, timeout: float | None = None) -> object:
+        """Blocking: send one request and return the runner's one reply, starting a runner first when none
+        is running. A runner that died since the last exchange, or dies now, raises RUNNER_CRASHED (the
+        next exchange starts a new one); one that does not answer within `timeout` is stopped and raises
+        RUNNER_CRASHED too."""
+        with self._lock:
+            if self._process is not None and not self.alive:
+                raise RunnerError(ErrorKind.RUNNER_CRASHED, self._reap())
+            if self._process is None:
+                self._start()
+            self._send(request)
+            return self._receive(timeout)
 
     def cancel(self) -> None:
         self._cancel.value = True

@@ -262,3 +262,51 @@ class Failed:
     request_id: str
     kind: ErrorKind
     message: str
+
+
+# The embedding runner (inference.embedding, inference.embedder): a runner process of its own, so that an
+# embedding model's crash never takes the chat model down, and the other way round.
+
+
+@dataclass(frozen=True)
+class EmbeddingLoadRequest:
+    model_path: str
+    n_threads: int
+
+
+@dataclass(frozen=True)
+class EmbeddingLoaded:
+    model_path: str
+    dim: int
+    # The most tokens one text is given (longer ones are cut to it), and one llama.cpp call embeds
+    # (several texts together).
+    n_ctx: int
+    pooling: str  # from the model file: "mean", "cls" or "last"
+    load_seconds: float
+    cpu_kernels: str = ""
+
+
+@dataclass(frozen=True)
+class EmbedRequest:
+    request_id: str
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    request_id: str
+    vectors: bytes  # float32, row-major (len(texts), dim), each row of length 1
+    n_tokens: int  # what was embedded, after cutting
+    truncated: int  # how many texts were cut to n_ctx
+
+
+@dataclass(frozen=True)
+class CountEmbeddingTokensRequest:
+    request_id: str
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EmbeddingTokenCounts:
+    request_id: str
+    counts: tuple[int, ...]  # each text's tokens as the model would see them, before any cut

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -620,6 +620,45 @@ def _record_native_crashes(log_path: str | None) -> None:
     faulthandler.enable(file=fd, all_threads=True)
 
 
+def prepare_runner_process(
+    log_path: str | None, cpu_variant: str | None, cpu_reason: str
+) -> CpuKernels | None:
+    """What every runner process does first: its log, its crash record, and llama.cpp's backends (the CPU
+    variant `cpu_variant`, inference.ggml_backends; None for the best). None when those cannot be loaded."""
+    _redirect_native_stderr(log_path)
+    _record_native_crashes(log_path)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s runner %(message)s")
+    try:
+        # Before any request: the kernels are chosen once per runner, and a variant that cannot even be
+        # loaded shows up in the log at start.
+        return load_backends(cpu_variant, cpu_reason)
+    except Exception:
+        log.exception("llama.cpp's backends could not be loaded")
+        return None
+
+
+def serve(conn: Connection, handlers: Mapping[type, Callable[[Any], None]]) -> None:
+    """Answer requests until the parent says so or goes away; each request type has its handler, which
+    sends the replies itself. A handler that raises answers Failed(INTERNAL) under the request's id."""
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return  # the GUI process went away; nothing left to serve
+        if message == SHUTDOWN:
+            return
+        handler = handlers.get(type(message))
+        if handler is None:
+            log.error("unknown request %r", type(message).__name__)
+            continue
+        try:
+            handler(message)
+        except Exception as exc:
+            log.exception("runner request failed")
+            request_id = getattr(message, "request_id", "load")
+            conn.send(Failed(request_id, ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}"))
+
+
 def runner_main(
     conn: Connection,
     cancel: CancelFlag,
@@ -628,36 +667,13 @@ def runner_main(
     cpu_reason: str = "",
 ) -> None:
     """`cpu_variant` names the ggml CPU variant to run on (inference.ggml_backends), None for the best."""
-    _redirect_native_stderr(log_path)
-    _record_native_crashes(log_path)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s runner %(message)s")
-    kernels = None
-    try:
-        # Before any request: the kernels are chosen once per runner, and a variant that cannot even be
-        # loaded shows up in the log at start.
-        kernels = load_backends(cpu_variant, cpu_reason)
-    except Exception:
-        log.exception("llama.cpp's backends could not be loaded")
+    kernels = prepare_runner_process(log_path, cpu_variant, cpu_reason)
     runner = Runner(conn.send, cancel, kernels)
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return  # the GUI process went away; nothing left to serve
-        if message == SHUTDOWN:
-            return
-        try:
-            if isinstance(message, LoadRequest):
-                runner.load(message)
-            elif isinstance(message, GenerateRequest):
-                runner.generate(message)
-            elif isinstance(message, CountTokensRequest):
-                runner.count_tokens(message)
-            else:
-                log.error("unknown request %r", type(message).__name__)
-        except Exception as exc:
-            log.exception("runner request failed")
-            request_id = (
-                message.request_id if isinstance(message, GenerateRequest | CountTokensRequest) else "load"
-            )
-            conn.send(Failed(request_id, ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}"))
+    serve(
+        conn,
+        {
+            LoadRequest: runner.load,
+            GenerateRequest: runner.generate,
+            CountTokensRequest: runner.count_tokens,
+        },
+    )

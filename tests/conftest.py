@@ -22,7 +22,7 @@ from app.chat.engine import ChatEngine
 from app.conversations.store import ConversationStore
 from app.core import Core
 from app.library.installed import ModelLibrary
-from app.paths import resolve_home
+from app.paths import bundled_embedding_model, resolve_home
 from app.settings import SettingsStore
 from app.storage.db import Database
 
@@ -131,6 +131,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture
 def starter_model() -> Path:
     return _require_starter_model()
+
+
+@pytest.fixture
+def embedding_model() -> Path:
+    """The bundled embedding model (multilingual-e5-small), as packaging/embedding_model.py builds it into
+    the venv. Tests that take it are marked `model` too: CI fails them, not skips them, without it."""
+    path = bundled_embedding_model()
+    if path is None:
+        if os.environ.get("HEARTH_TESTS_REQUIRE_MODEL") == "1":
+            pytest.fail("the embedding model is not built; scripts/bootstrap.sh test builds it")
+        pytest.skip("the embedding model is not built: python packaging/embedding_model.py build "
+                    "<venv>/share/hearth/models")  # fmt: skip
+    return path
 
 
 @pytest.fixture
