@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from app.conversations.store import ConversationStore
 from app.errors import DamagedDatabase
@@ -11,6 +12,9 @@ from app.library.installed import ModelLibrary
 from app.paths import HearthPaths
 from app.settings import Settings, SettingsStore, load_settings
 from app.storage.db import Database
+
+if TYPE_CHECKING:
+    from app.documents.library import DocumentLibrary
 
 log = logging.getLogger("hearth.core")
 
@@ -53,6 +57,23 @@ class Core:
         # The starter model ships as a Python package so a new user can chat offline right away.
         library.register_starter()
         return cls(paths, settings, db, store, library)
+
+    def documents(self) -> DocumentLibrary:
+        """Attachments and collections on this home. The embedding runner starts only when something has
+        to be searched; close the library to stop it."""
+        from app.attachments.files import FileStore
+        from app.documents.embedding import RunnerEmbedder
+        from app.documents.library import DocumentLibrary
+        from app.paths import bundled_embedding_model
+
+        model = bundled_embedding_model()
+        log_path = self.paths.runner_log_file
+
+        def embedder() -> RunnerEmbedder:
+            assert model is not None
+            return RunnerEmbedder(model, log_path=log_path)
+
+        return DocumentLibrary(self.db, FileStore(self.paths.attachments_dir), embedder if model else None)
 
     def close(self) -> None:
         self.db.dispose()

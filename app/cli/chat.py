@@ -7,14 +7,17 @@ import dataclasses
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
+from app.chat.documents import TurnDocuments
 from app.chat.engine import TurnCallbacks
 from app.cli.arguments import Subcommands
 from app.cli.engine import chat_engine
 from app.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, report
 from app.core import Core
+from app.documents.library import DocumentLibrary
 
 
 def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
@@ -40,6 +43,17 @@ def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     )
     thinking.add_argument(
         "--hide-thinking", action="store_const", dest="thinking", const="hidden", help="do not print it"
+    )
+    chat.add_argument(
+        "--attach",
+        metavar="PATH",
+        type=Path,
+        action="append",
+        default=[],
+        help="attach a file (PDF, DOCX, XLSX, CSV, PPTX, HTML, Markdown, text, code, EPUB); repeatable",
+    )
+    chat.add_argument(
+        "--docs", metavar="NAME", action="append", default=[], help="answer from this collection; repeatable"
     )
     chat.add_argument("prompt", metavar="PROMPT")
 
@@ -93,9 +107,28 @@ class StreamToStdout(TurnCallbacks):
 
 
 def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    documents = core.documents()
+    try:
+        # Every file is checked and stored before anything is sent: a bad one is an error and no turn.
+        attached = tuple(documents.attach(path) for path in args.attach)
+        for name in args.docs:
+            documents.collections.get(name)
+        return _chat(core, args, out, err, documents, TurnDocuments(attached, tuple(args.docs)))
+    finally:
+        documents.close()
+
+
+def _chat(
+    core: Core,
+    args: argparse.Namespace,
+    out: TextIO,
+    err: TextIO,
+    documents: DocumentLibrary,
+    turn_documents: TurnDocuments,
+) -> int:
     from app.remote.registry import ServerRegistry
 
-    engine = chat_engine(core, servers=ServerRegistry(core.paths.home))
+    engine = chat_engine(core, servers=ServerRegistry(core.paths.home), documents=documents)
     # The options given win over the conversation's settings, which win over the model's and the global ones.
     defaults = engine.sampling_for(args.conversation, args.model)
     overrides = {
@@ -114,6 +147,7 @@ def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             system_prompt=args.system,
             sampling=sampling,
             callbacks=stream,
+            documents=turn_documents,
         )
     finally:
         restore()

@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from app.cli import backup, chat, conversations, doctor, models, serve, servers, tokens
+from app.cli import backup, chat, conversations, docs, doctor, models, serve, servers, tokens
 from app.cli.arguments import common_options
 from app.cli.errors import report, run_reporting_errors
 from app.cli.output import terminal_streams
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # In the order `hearth --help` lists them.
-    for noun in (chat, models, tokens, servers, conversations, backup, doctor, serve):
+    for noun in (chat, models, docs, tokens, servers, conversations, backup, doctor, serve):
         noun.add_parser(sub, common)
     gui = sub.add_parser("gui", parents=[common], help="open the window (the default)")
     gui.add_argument("--smoke-test", action="store_true", help="start everything, open the window, quit")
@@ -81,6 +81,8 @@ def _run(paths: HearthPaths, args: argparse.Namespace, out: TextIO, err: TextIO)
             serve.run(core, args, err)
         if args.command == "models":
             return models.run(core, args, out, err)
+        if args.command == "docs":
+            return docs.run(core, args, out, err)
         return conversations.run(core, args, out)
     finally:
         core.close()

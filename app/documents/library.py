@@ -170,12 +170,11 @@ class DocumentLibrary:
             limit=limit,
         )
         with self._db.read_session() as session:
-            paths: dict[str, str] = dict(
-                session.execute(
-                    text("SELECT content_sha256, path FROM collection_files WHERE collection_id = :id"),
-                    {"id": collection.id},
-                ).tuples()
-            )
+            rows = session.execute(
+                text("SELECT content_sha256, path FROM collection_files WHERE collection_id = :id"),
+                {"id": collection.id},
+            ).all()
+        paths = {str(sha): str(path) for sha, path in rows}
         return [
             Passage(
                 paths.get(h.content_sha256, h.content_sha256[:12]),
@@ -229,7 +228,9 @@ class DocumentLibrary:
         self.collections.mark_indexed(name, path, digest, found.size_bytes, found.mtime_ns)
 
     def _index_content(self, sha256: str, document: ExtractedDocument, embedder: Embedder) -> None:
-        chunks = chunk(document, count_tokens=embedder.count_tokens)
+        # The estimate, not the model's tokenizer: chunking measures thousands of spans, each a round trip to
+        # the runner, and e5's 512-token window leaves room for the estimate's error at 400.
+        chunks = chunk(document)
         vectors = [
             embedder.embed_passages([c.text for c in chunks[i : i + EMBED_BATCH]])
             for i in range(0, len(chunks), EMBED_BATCH)
