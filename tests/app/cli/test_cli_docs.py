@@ -7,6 +7,7 @@ import io
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,10 +25,10 @@ def run(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def show(conversation_id: int) -> list[dict[str, object]]:
+def show(conversation_id: int) -> list[dict[str, Any]]:
     code, out, _ = run("conversations", "show", str(conversation_id), "--json")
     assert code == 0
-    messages: list[dict[str, object]] = json.loads(out)["messages"]
+    messages: list[dict[str, Any]] = json.loads(out)["messages"]
     return messages
 
 
@@ -46,7 +47,7 @@ def test_an_attachment_that_fits_is_read_whole_and_kept_with_the_prompt(tmp_path
     conversation = int(err.split("conversation ")[1].split()[0])
     notes.unlink()  # the conversation keeps its own copy
     user, reply = show(conversation)
-    (attachment,) = user["attachments"]  # type: ignore[misc]
+    (attachment,) = user["attachments"]
     assert attachment["name"] == "notes.md" and attachment["mode"] == "whole"
     assert attachment["mime_type"] == "text/markdown" and attachment["size"] > 0
     assert [p.name for p in stored_files()] == [attachment["sha256"]]
@@ -94,11 +95,11 @@ def test_a_long_attachment_is_searched_and_the_reply_lists_its_sources(tmp_path:
     assert "note: harbour.txt is too long for the model's context" in err
     conversation = int(err.split("conversation ")[1].split()[0])
     user, reply = show(conversation)
-    assert user["attachments"][0]["mode"] == "retrieved"  # type: ignore[index]
+    assert user["attachments"][0]["mode"] == "retrieved"
     sources = reply["sources"]
     assert isinstance(sources, list) and sources
     assert "third blue flowerpot" in sources[0]["text"]
-    assert sources[0]["name"] == "harbour.txt" and sources[0]["sha256"] == user["attachments"][0]["sha256"]  # type: ignore[index]
+    assert sources[0]["name"] == "harbour.txt" and sources[0]["sha256"] == user["attachments"][0]["sha256"]
 
 
 @pytest.mark.model
