@@ -48,7 +48,7 @@ class Core:
             db = Database.open_read_only(paths.db_path)
             library = ModelLibrary(db, paths.models_dir)
             return cls(paths, settings, db, ConversationStore(db), library, damaged=str(exc))
-        store = ConversationStore(db)
+        store = ConversationStore(db, on_release=lambda: _release_documents(db, paths))
         # A reply still marked streaming was cut off by a crash or a kill: say so instead of pretending.
         interrupted = store.mark_interrupted_streaming()
         if interrupted:
@@ -56,6 +56,8 @@ class Core:
         library = ModelLibrary(db, paths.models_dir)
         # The starter model ships as a Python package so a new user can chat offline right away.
         library.register_starter()
+        # Files attached to a prompt that was never sent, or left by a crash between deletions.
+        _release_documents(db, paths)
         return cls(paths, settings, db, store, library)
 
     def documents(self) -> DocumentLibrary:
@@ -77,3 +79,10 @@ class Core:
 
     def close(self) -> None:
         self.db.dispose()
+
+
+def _release_documents(db: Database, paths: HearthPaths) -> None:
+    from app.attachments.files import FileStore
+    from app.documents.library import release_unreferenced
+
+    release_unreferenced(db, FileStore(paths.attachments_dir))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -167,8 +167,11 @@ class TurnStart:
 class ConversationStore:
     """Every method runs in its own short transaction and may be called from any thread."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, on_release: Callable[[], None] | None = None) -> None:
+        """`on_release` runs after messages were deleted, to delete what only they held (stored files,
+        their text and passages: app.documents, which this package does not import)."""
         self._db = db
+        self._on_release = on_release
 
     # Conversations ---------------------------------------------------------------------------------------
 
@@ -277,6 +280,7 @@ class ConversationStore:
                 self._compact_search_index(session)
         if trashed:
             self._db.checkpoint()
+            self._released()
         return len(trashed)
 
     def delete_conversation(self, conversation_id: int) -> None:
@@ -291,6 +295,7 @@ class ConversationStore:
             session.flush()
             self._compact_search_index(session)
         self._db.checkpoint()
+        self._released()
 
     # Messages --------------------------------------------------------------------------------------------
 
@@ -372,7 +377,12 @@ class ConversationStore:
             remaining = records.MessageTree.load(session, row.conversation_id)
             path = records.messages_by_id(session, remaining, remaining.path_to(leaf))
         self._db.checkpoint()
+        self._released()
         return path
+
+    def _released(self) -> None:
+        if self._on_release is not None:
+            self._on_release()
 
     def add_message(
         self,

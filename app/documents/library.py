@@ -264,6 +264,11 @@ class DocumentLibrary:
             self._embedder = None
 
 
+def release_unreferenced(db: Database, files: FileStore) -> None:
+    """Delete the stored files, extracted texts and passages that no message and no collection holds."""
+    CollectionStore(db, ChunkIndex(db), files=files).release_unreferenced()
+
+
 def _sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as reader:

@@ -1,0 +1,88 @@
+"""An attached file lives as long as a message holds it: stored once, kept across branches, deleted (bytes,
+text and passages) with the last conversation that holds it."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from app.conversations.store import PartInput, ReplyProvenance
+from app.core import Core
+from app.documents.library import Attachment, DocumentLibrary
+from app.paths import resolve_home
+
+REPLY = ReplyProvenance("m", "b" * 64, {}, None)
+
+
+@pytest.fixture
+def core() -> Iterator[Core]:
+    opened = Core.open(resolve_home())
+    yield opened
+    opened.close()
+
+
+def attachment_part(a: Attachment) -> PartInput:
+    return PartInput("attachment", a.name, a.sha256, a.mime_type, {"kind": a.kind, "mode": "whole"})
+
+
+def rows(core: Core, table: str) -> int:
+    with closing(sqlite3.connect(core.paths.db_path)) as conn:
+        count: int = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        return count
+
+
+def stored(core: Core) -> list[Path]:
+    return sorted(p for p in core.paths.attachments_dir.rglob("*") if p.is_file())
+
+
+def send(core: Core, documents: DocumentLibrary, path: Path) -> int:
+    attached = documents.attach(path)
+    turn = core.store.begin_turn(
+        None,
+        prompt="Summarise",
+        after=None,
+        system_prompt=None,
+        reply=REPLY,
+        prompt_parts=[attachment_part(attached)],
+    )
+    return turn.conversation_id
+
+
+def test_the_last_conversation_holding_a_file_takes_it_along(core: Core, tmp_path: Path) -> None:
+    report = tmp_path / "report.md"
+    report.write_text("# Q3\n\nRevenue rose 12% on the year.\n", encoding="utf-8")
+    documents = core.documents()
+    first = send(core, documents, report)
+    second = send(core, documents, report)
+    assert len(stored(core)) == 1 and rows(core, "files") == 1 and rows(core, "document_texts") == 1
+    (user, _reply) = core.store.list_messages(first)
+    assert [p.name for p in user.attachments] == ["report.md"] and user.attachments[
+        0
+    ].size_bytes == report.stat().st_size
+
+    core.store.delete_conversation(first)
+    assert len(stored(core)) == 1  # the second conversation still holds it
+    core.store.delete_conversation(second)
+    assert stored(core) == [] and rows(core, "files") == 0 and rows(core, "document_texts") == 0
+    with closing(sqlite3.connect(core.paths.db_path)) as conn:
+        assert conn.execute("SELECT count(*) FROM message_parts").fetchone()[0] == 0
+
+
+def test_a_file_attached_but_never_sent_is_gone_after_a_restart(tmp_path: Path) -> None:
+    report = tmp_path / "draft.txt"
+    report.write_text("An unsent attachment.\n", encoding="utf-8")
+    opened = Core.open(resolve_home())
+    try:
+        opened.documents().attach(report)
+        assert len(stored(opened)) == 1
+    finally:
+        opened.close()
+    reopened = Core.open(resolve_home())
+    try:
+        assert stored(reopened) == [] and rows(reopened, "files") == 0
+    finally:
+        reopened.close()
