@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.attachments.files import FileStore
 from app.conversations.store import ConversationStore
 from app.errors import DamagedDatabase
 from app.library.installed import ModelLibrary
@@ -47,8 +48,11 @@ class Core:
             log.error("opening the damaged database read-only: %s", exc)
             db = Database.open_read_only(paths.db_path)
             library = ModelLibrary(db, paths.models_dir)
-            return cls(paths, settings, db, ConversationStore(db), library, damaged=str(exc))
-        store = ConversationStore(db, on_release=lambda: _release_documents(db, paths))
+            store = ConversationStore(db, files=FileStore(paths.attachments_dir))
+            return cls(paths, settings, db, store, library, damaged=str(exc))
+        store = ConversationStore(
+            db, files=FileStore(paths.attachments_dir), on_release=lambda: _release_documents(db, paths)
+        )
         # A reply still marked streaming was cut off by a crash or a kill: say so instead of pretending.
         interrupted = store.mark_interrupted_streaming()
         if interrupted:
@@ -63,7 +67,6 @@ class Core:
     def documents(self) -> DocumentLibrary:
         """Attachments and collections on this home. The embedding runner starts only when something has
         to be searched; close the library to stop it."""
-        from app.attachments.files import FileStore
         from app.documents.embedding import RunnerEmbedder
         from app.documents.library import DocumentLibrary
         from app.paths import bundled_embedding_model
@@ -82,7 +85,6 @@ class Core:
 
 
 def _release_documents(db: Database, paths: HearthPaths) -> None:
-    from app.attachments.files import FileStore
     from app.documents.library import release_unreferenced
 
     release_unreferenced(db, FileStore(paths.attachments_dir))

@@ -4,18 +4,21 @@ written)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import Table, insert, text
 from sqlalchemy.orm import Session
 
+from app.attachments.files import FileStore
 from app.conversations.importers import (
     HEARTH_FORMAT,
     HEARTH_VERSION,
@@ -37,7 +40,7 @@ from app.conversations.records import (
 from app.errors import DatabaseError, HearthError
 from app.settings import write_text_atomically
 from app.storage.db import Database
-from app.storage.orm import ConversationRow, MessageRow, MessageStatus
+from app.storage.orm import ConversationRow, MessagePartRow, MessageRow, MessageStatus
 
 log = logging.getLogger("hearth.conversations")
 
@@ -47,6 +50,7 @@ EXPORT_FORMATS = ("md", "json")
 
 _CONVERSATIONS = cast(Table, ConversationRow.__table__)
 _MESSAGES = cast(Table, MessageRow.__table__)
+_PARTS = cast(Table, MessagePartRow.__table__)
 
 
 @dataclass(frozen=True)
@@ -133,14 +137,30 @@ class ExportReport:
     unreadable: list[tuple[int, str, str]]
 
 
-def export_json(db: Database, conversation_id: int) -> dict[str, Any]:
-    """A JSON-ready dict, stable across releases of the same `version` (README: "JSON output")."""
+def export_json(db: Database, conversation_id: int, files: FileStore | None = None) -> dict[str, Any]:
+    """A JSON-ready dict, stable across releases of the same `version` (README: "JSON output"). With
+    `files`, the attached files travel in it (base64), so an import elsewhere has them."""
     with db.read_session() as session:
         conversation = get_conversation(session, conversation_id)
         messages = conversation_messages(session, conversation_id)
+    attached = {p.file_sha256: p for m in messages for p in m.attachments if p.file_sha256}
+    carried: dict[str, Any] = {}
+    if attached and files is not None:
+        for sha, part in sorted(attached.items()):
+            try:
+                data = files.path(sha).read_bytes()
+            except FileNotFoundError:
+                continue
+            carried[sha] = {
+                "mime_type": part.mime_type,
+                "size": len(data),
+                "data": base64.b64encode(data).decode(),
+            }
     return {
         "format": EXPORT_FORMAT,
-        "version": EXPORT_VERSION,
+        # Version 2 readers would drop attachments without a word: only a conversation that has some says 3.
+        "version": EXPORT_VERSION if attached else 2,
+        **({"files": carried} if attached else {}),
         "conversation": {
             "id": conversation.id,
             "title": conversation.title,
@@ -194,7 +214,7 @@ def export_markdown(db: Database, conversation_id: int) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def export_all(db: Database, directory: Path, fmt: str) -> ExportReport:
+def export_all(db: Database, directory: Path, fmt: str, files: FileStore | None = None) -> ExportReport:
     """One file per conversation (not those in the trash), named `<id>-<title>.md|json`.
 
     A conversation whose text cannot be read (a damaged page) is skipped and reported, so the others
@@ -211,7 +231,7 @@ def export_all(db: Database, directory: Path, fmt: str) -> ExportReport:
             if fmt == "md":
                 content = export_markdown(db, conversation.id)
             else:
-                exported = export_json(db, conversation.id)
+                exported = export_json(db, conversation.id, files)
                 content = json.dumps(exported, indent=2, ensure_ascii=False) + "\n"
         except DatabaseError as exc:
             log.warning("conversation %d could not be read: %s", conversation.id, exc)
@@ -229,12 +249,21 @@ def export_all(db: Database, directory: Path, fmt: str) -> ExportReport:
     return report
 
 
-def import_file(db: Database, path: Path) -> ImportReport:
+def import_file(db: Database, path: Path, files: FileStore | None = None) -> ImportReport:
     """Import a Hearth JSON export or ChatGPT's conversations.json, all of it or (on any error) nothing.
 
     Raises HearthError naming the place in the file that could not be imported.
     """
     parsed = parse_file(Path(path))
+    carried = [f for c in parsed.conversations for f in c.files]
+    if carried and files is None:
+        raise HearthError(
+            f"{Path(path).name} carries attached files, which cannot be kept here. Nothing was imported."
+        )
+    # Bytes first: a failure after this leaves only unreferenced files, which the next start deletes.
+    for sha, _mime, data in carried:
+        assert files is not None
+        files.put_bytes(data, sha)
     ids = _write_import(db, parsed)
     return ImportReport(
         conversations=len(ids),
@@ -254,10 +283,28 @@ def _write_import(db: Database, parsed: ParsedImport) -> list[int]:
         next_message = _next_id(session, "messages")
         conversation_rows: list[dict[str, Any]] = []
         message_rows: list[dict[str, Any]] = []
+        part_rows: list[dict[str, Any]] = []
         for conversation in parsed.conversations:
             ids = {m.key: next_message + i for i, m in enumerate(conversation.messages)}
             next_message += len(ids)
             message_rows += _imported_messages(conversation, next_conversation, ids)
+            part_rows += [
+                {
+                    "message_id": ids[m.key],
+                    "position": position,
+                    "kind": part.kind,
+                    "name": part.name,
+                    "file_sha256": part.file_sha256,
+                    "mime_type": part.mime_type,
+                    "meta_json": json.dumps(part.meta, ensure_ascii=False, sort_keys=True)
+                    if part.meta
+                    else None,
+                    "text": part.text,
+                    "is_error": False,
+                }
+                for m in conversation.messages
+                for position, part in enumerate(m.parts)
+            ]
             conversation_rows.append(
                 {
                     "id": next_conversation,
@@ -279,6 +326,17 @@ def _write_import(db: Database, parsed: ParsedImport) -> list[int]:
             session.execute(insert(_CONVERSATIONS), conversation_rows)
         if message_rows:
             session.execute(insert(_MESSAGES), message_rows)
+        now = datetime.now(UTC).isoformat()
+        for sha, mime, data in {f[0]: f for c in parsed.conversations for f in c.files}.values():
+            session.execute(
+                text(
+                    "INSERT OR IGNORE INTO files (sha256, size_bytes, mime_type, created_at) "
+                    "VALUES (:sha, :size, :mime, :now)"
+                ),
+                {"sha": sha, "size": len(data), "mime": mime, "now": now},
+            )
+        if part_rows:
+            session.execute(insert(_PARTS), part_rows)
         return [row["id"] for row in conversation_rows]
 
 

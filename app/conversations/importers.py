@@ -7,6 +7,9 @@ transaction). The result is a neutral tree of messages keyed by the ids the file
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -20,7 +23,11 @@ from app.settings import clean_generation_settings
 from app.storage.orm import MESSAGE_STATUSES, ROLES, MessageStatus
 
 HEARTH_FORMAT = "hearth.conversation"
-HEARTH_VERSION = 2
+# 3: attachments and sources on messages, and the attached files themselves ("files"); written only for a
+# conversation that has attachments, so every other export stays readable by older Hearths.
+HEARTH_VERSION = 3
+# An attached file carried in an export is decoded whole: bound what one file may make us hold.
+MAX_IMPORTED_FILE_BYTES = 200 * 1024 * 1024
 IMPORTED_TITLE = "Imported chat"
 # What stands in for parts of a ChatGPT message that are not text (the files themselves are not in
 # conversations.json).
@@ -58,6 +65,17 @@ class ImportedMessage:
     server_url: str | None = None
     reasoning: str | None = None
     reasoning_seconds: float | None = None
+    parts: tuple[ImportedPart, ...] = ()
+
+
+@dataclass(frozen=True)
+class ImportedPart:
+    kind: str  # "attachment" or "source"
+    name: str | None
+    file_sha256: str | None
+    mime_type: str | None
+    meta: dict[str, Any]
+    text: str | None
 
 
 @dataclass(frozen=True)
@@ -72,6 +90,7 @@ class ImportedConversation:
     pinned: bool = False
     settings: dict[str, Any] | None = None
     skipped: int = 0  # its messages that were left out (system, tool, hidden, empty)
+    files: tuple[tuple[str, str, bytes], ...] = ()  # (sha256, mime type, bytes) of the attachments
 
 
 @dataclass(frozen=True)
@@ -137,7 +156,7 @@ class _Where:
 def _hearth(data: Mapping[str, Any], where: _Where) -> ImportedConversation:
     version = data.get("version")
     if not _is_int(version) or version < 1:
-        raise where.error(f'"version" should be 1 or {HEARTH_VERSION}, not {_shown(version)}')
+        raise where.error(f'"version" should be a number from 1 to {HEARTH_VERSION}, not {_shown(version)}')
     if version > HEARTH_VERSION:
         raise where.error(
             f"it was written by a newer Hearth (format version {version}; this one reads up to "
@@ -170,6 +189,14 @@ def _hearth(data: Mapping[str, Any], where: _Where) -> ImportedConversation:
         parsed.append(message)
         seen.add(message.key)
         previous = message.key
+    files = _hearth_files(data.get("files"), where / "files") if version >= 3 else ()
+    carried = {sha for sha, _, _ in files}
+    for message, index in zip(parsed, range(len(parsed)), strict=True):
+        for part in message.parts:
+            if part.kind == "attachment" and part.file_sha256 not in carried:
+                raise (where / f"message {index + 1}").error(
+                    f'attachment {_shown(part.name)} has no file in "files"'
+                )
     current = conversation.get("current_leaf_id")
     current_key = previous
     if version >= 2 and current is not None:
@@ -186,7 +213,65 @@ def _hearth(data: Mapping[str, Any], where: _Where) -> ImportedConversation:
         model_name=_text(conversation, "model_name", head),
         pinned=conversation.get("pinned") is True,
         settings=settings,
+        files=files,
     )
+
+
+def _hearth_files(raw: object, at: _Where) -> tuple[tuple[str, str, bytes], ...]:
+    """The attached files an export carries, each checked against the digest it is named by."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise at.error("should be an object of files by their SHA-256")
+    files: list[tuple[str, str, bytes]] = []
+    for sha, item in raw.items():
+        here = at / f"file {sha[:12]}"
+        if not isinstance(item, dict) or not isinstance(item.get("data"), str):
+            raise here.error('should be an object with the file\'s base64 "data"')
+        encoded = item["data"]
+        if len(encoded) > MAX_IMPORTED_FILE_BYTES * 4 // 3 + 4:
+            raise here.error(
+                f"is larger than the {MAX_IMPORTED_FILE_BYTES // (1024 * 1024)} MB an attachment may be"
+            )
+        try:
+            data = base64.b64decode(encoded, validate=True)
+        except binascii.Error as exc:
+            raise here.error("is not valid base64") from exc
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise here.error("does not match its SHA-256 (the file was changed or damaged)")
+        mime = item.get("mime_type")
+        files.append((sha, mime if isinstance(mime, str) else "application/octet-stream", data))
+    return tuple(files)
+
+
+def _hearth_parts(item: Mapping[str, Any], at: _Where) -> tuple[ImportedPart, ...]:
+    parts: list[ImportedPart] = []
+    for key, kind in (("attachments", "attachment"), ("sources", "source")):
+        listed = item.get(key)
+        if listed is None:
+            continue
+        if not isinstance(listed, list) or not all(isinstance(p, dict) for p in listed):
+            raise at.error(f'"{key}" should be a list of objects')
+        for entry in listed:
+            sha = entry.get("sha256")
+            if sha is not None and not (isinstance(sha, str) and len(sha) == 64):
+                raise at.error(f'"{key}": "sha256" should be a SHA-256, not {_shown(sha)}')
+            if kind == "attachment":
+                meta = {k: entry.get(k) for k in ("kind", "pages", "mode") if entry.get(k) is not None}
+                parts.append(
+                    ImportedPart(
+                        kind, _text(entry, "name", at), sha, _text(entry, "mime_type", at), meta, None
+                    )
+                )
+            else:
+                meta = {
+                    k: entry.get(k) for k in ("location", "score", "collection") if entry.get(k) is not None
+                }
+                meta["content_sha256"] = sha
+                parts.append(
+                    ImportedPart(kind, _text(entry, "name", at), None, None, meta, _text(entry, "text", at))
+                )
+    return tuple(parts)
 
 
 def _hearth_message(
@@ -248,6 +333,7 @@ def _hearth_message(
         # Optional additions to version 2: older exports simply have none.
         reasoning=_text(item, "reasoning", at),
         reasoning_seconds=_number_or_none(item, "reasoning_seconds", at),
+        parts=_hearth_parts(item, at) if version >= 3 else (),
     )
 
 

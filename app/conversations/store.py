@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.orm import Session
 
+from app.attachments.files import FileStore
 from app.conversations import exchange, records, search
 from app.conversations.exchange import (
     EXPORT_FORMATS,
@@ -167,10 +168,14 @@ class TurnStart:
 class ConversationStore:
     """Every method runs in its own short transaction and may be called from any thread."""
 
-    def __init__(self, db: Database, *, on_release: Callable[[], None] | None = None) -> None:
-        """`on_release` runs after messages were deleted, to delete what only they held (stored files,
-        their text and passages: app.documents, which this package does not import)."""
+    def __init__(
+        self, db: Database, *, files: FileStore | None = None, on_release: Callable[[], None] | None = None
+    ) -> None:
+        """`files`: where attached files are stored, for exports and imports to carry them. `on_release`
+        runs after messages were deleted, to delete what only they held (stored files, their text and
+        passages: app.documents, which this package does not import)."""
         self._db = db
+        self._files = files
         self._on_release = on_release
 
     # Conversations ---------------------------------------------------------------------------------------
@@ -577,7 +582,7 @@ class ConversationStore:
 
     def export_json(self, conversation_id: int) -> dict[str, Any]:
         """A JSON-ready dict, stable across releases of the same `version` (README: "JSON output")."""
-        return exchange.export_json(self._db, conversation_id)
+        return exchange.export_json(self._db, conversation_id, self._files)
 
     def export_markdown(self, conversation_id: int) -> str:
         """The visible branch as Markdown (other branches are counted, not shown)."""
@@ -589,14 +594,14 @@ class ConversationStore:
         A conversation whose text cannot be read (a damaged page) is skipped and reported, so the others
         still get out: this is also how a damaged database is salvaged. Never writes to the database.
         """
-        return exchange.export_all(self._db, directory, fmt)
+        return exchange.export_all(self._db, directory, fmt, self._files)
 
     def import_file(self, path: Path) -> ImportReport:
         """Import a Hearth JSON export or ChatGPT's conversations.json, all of it or (on any error) nothing.
 
         Raises HearthError naming the place in the file that could not be imported.
         """
-        return exchange.import_file(self._db, path)
+        return exchange.import_file(self._db, path, self._files)
 
     # Helpers ---------------------------------------------------------------------------------------------
 

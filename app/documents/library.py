@@ -27,7 +27,7 @@ from app.attachments.files import FileStore
 from app.documents.chunking import chunk
 from app.documents.collections import CollectionStore, FoundFile
 from app.documents.context import AttachedText, Passage
-from app.documents.extract import extract
+from app.documents.extract import extract, extract_bytes
 from app.documents.index import ChunkIndex, ChunkInput
 from app.documents.model import DocumentError, ExtractedDocument, Section
 from app.errors import HearthError
@@ -129,14 +129,25 @@ class DocumentLibrary:
         )
 
     def attached_text(self, name: str, sha256: str) -> AttachedText:
-        return AttachedText(name, sha256, self._document(sha256).text)
+        return AttachedText(name, sha256, self._document(sha256, name).text)
 
-    def _document(self, sha256: str) -> ExtractedDocument:
+    def _document(self, sha256: str, name: str = "") -> ExtractedDocument:
         with self._db.read_session() as session:
             row = session.get(DocumentTextRow, sha256)
-            if row is None:
-                raise HearthError(f"The text of attachment {sha256[:12]} is missing; attach the file again.")
-            return _document_from_row(row)
+            if row is not None:
+                return _document_from_row(row)
+        # An imported conversation brings the file, not its text: read it once, here.
+        try:
+            data = self.files.path(sha256).read_bytes()
+        except FileNotFoundError:
+            raise HearthError(
+                f"The attached file {name or sha256[:12]} is missing; attach it again."
+            ) from None
+        document = extract_bytes(data, name or sha256)
+        with self._db.session() as session:
+            if session.get(DocumentTextRow, sha256) is None:
+                session.add(_text_row(sha256, document))
+        return document
 
     def retrieve(
         self, question: str, attachments: Sequence[AttachedText], limit: int = SEARCH_LIMIT

@@ -271,8 +271,8 @@ def _hearth(store: ConversationStore) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("spoil", "expected"),
     [
-        (lambda d: d.update(version=3), r"newer Hearth \(format version 3"),
-        (lambda d: d.update(version="2"), r"\"version\" should be 1 or 2, not \"2\""),
+        (lambda d: d.update(version=4), r"newer Hearth \(format version 4"),
+        (lambda d: d.update(version="2"), r"\"version\" should be a number from 1 to 3, not \"2\""),
         (
             lambda d: d["messages"][1].update(parent_id=999),
             r"message 2: parent_id 999 is not an earlier message",

@@ -3,6 +3,8 @@ text and passages) with the last conversation that holds it."""
 
 from __future__ import annotations
 
+import base64
+import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
@@ -13,6 +15,7 @@ import pytest
 from app.conversations.store import PartInput, ReplyProvenance
 from app.core import Core
 from app.documents.library import Attachment, DocumentLibrary
+from app.errors import HearthError
 from app.paths import resolve_home
 
 REPLY = ReplyProvenance("m", "b" * 64, {}, None)
@@ -86,3 +89,48 @@ def test_a_file_attached_but_never_sent_is_gone_after_a_restart(tmp_path: Path) 
         assert stored(reopened) == [] and rows(reopened, "files") == 0
     finally:
         reopened.close()
+
+
+def test_an_export_carries_its_attachments_to_another_home(
+    core: Core, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report = tmp_path / "minutes.md"
+    report.write_text("# Minutes\n\n会议决定下周三发布新版本。\n", encoding="utf-8")
+    documents = core.documents()
+    conversation = send(core, documents, report)
+    exported = core.store.export_json(conversation)
+    assert exported["version"] == 3 and list(exported["files"]) == [documents.attach(report).sha256]
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(exported), encoding="utf-8")
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "elsewhere"))
+    other = Core.open(resolve_home())
+    try:
+        (imported,) = other.store.import_file(path).conversation_ids
+        user, _reply = other.store.list_messages(imported)
+        (part,) = user.attachments
+        assert (part.name, part.meta["mode"], part.size_bytes) == (
+            "minutes.md",
+            "whole",
+            report.stat().st_size,
+        )
+        # Its text is read from the imported file the first time a prompt needs it.
+        text = other.documents().attached_text(part.name or "", part.file_sha256 or "").text
+        assert "会议决定下周三发布新版本" in text
+    finally:
+        other.close()
+
+
+def test_an_export_whose_file_was_tampered_with_imports_nothing(core: Core, tmp_path: Path) -> None:
+    report = tmp_path / "plan.txt"
+    report.write_text("The plan.\n", encoding="utf-8")
+    conversation = send(core, core.documents(), report)
+    exported = core.store.export_json(conversation)
+    (sha,) = exported["files"]
+    exported["files"][sha]["data"] = base64.b64encode(b"Another plan.\n").decode()
+    path = tmp_path / "tampered.json"
+    path.write_text(json.dumps(exported), encoding="utf-8")
+    before = core.store.list_conversations()
+    with pytest.raises(HearthError, match=r"does not match its SHA-256.*Nothing was imported"):
+        core.store.import_file(path)
+    assert core.store.list_conversations() == before
