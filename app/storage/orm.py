@@ -208,7 +208,7 @@ class MessagePartRow(Base):
 
 class CollectionRow(Base):
     __tablename__ = "collections"
-    __table_args__ = {"sqlite_autoincrement": True}
+    __table_args__ = ({"sqlite_autoincrement": True},)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(Text, unique=True)
