@@ -58,7 +58,7 @@ RRF_K = 60
 # taken rarest first while the passages they match together fit this budget; the common ones are left to
 # the vectors (the idea of Lucene's CommonTermsQuery cut-off). A fixed number keeps the cost flat as a
 # collection grows.
-FTS_BUDGET = 5000
+FTS_BUDGET = 3000
 # Matrices kept per (model, scope): a few collections and the attachments of the chats in use.
 CACHE_ENTRIES = 8
 # Collection files whose passages are searched: a changed file keeps its last indexed passages until it
