@@ -476,22 +476,31 @@ class ChunkIndex:
             if background is not None:
                 nearest = background.result()
             fused = _fuse(fts, nearest)
+            # Which candidates still exist in the scope (a passage deleted since the matrix was read, or
+            # moved out of the scope, is not), then the text of the best `limit` of them only.
+            present = set(
+                session.execute(
+                    text(
+                        "SELECT c.id FROM json_each(:ids) AS j CROSS JOIN document_chunks AS c "
+                        f"ON c.id = j.value WHERE {condition}"
+                    ),
+                    {**params, "ids": json.dumps([item[0] for item in fused])},
+                ).scalars()
+            )
+            best = [item for item in fused if item[0] in present][:limit]
             rows = {
                 row.id: row
                 for row in session.execute(
                     text(
-                        "SELECT c.id, c.content_sha256, c.ordinal, c.location, c.text "
-                        "FROM document_chunks AS c "
-                        f"WHERE c.id IN (SELECT value FROM json_each(:ids)) AND {condition}"
+                        "SELECT id, content_sha256, ordinal, location, text FROM document_chunks "
+                        "WHERE id IN (SELECT value FROM json_each(:ids))"
                     ),
-                    {**params, "ids": json.dumps([item[0] for item in fused])},
+                    {"ids": json.dumps([item[0] for item in best])},
                 )
             }
         hits = []
-        for chunk_id, score, fts_rank, vector_rank in fused:
-            row = rows.get(chunk_id)
-            if row is None:  # deleted since the matrix was read, or moved out of the scope
-                continue
+        for chunk_id, score, fts_rank, vector_rank in best:
+            row = rows[chunk_id]
             hits.append(
                 Hit(
                     chunk_id,
@@ -504,8 +513,6 @@ class ChunkIndex:
                     vector_rank,
                 )
             )
-            if len(hits) == limit:
-                break
         return hits
 
     def _full_text(
