@@ -449,7 +449,7 @@ class CollectionStore:
                 raise CollectionError(
                     f"No passages are stored for {path} ({content_sha256}); index it again."
                 )
-            file = self._file(session, row.id, path, size, mtime_ns)
+            file = self._file(session, row, path, size, mtime_ns)
             previous = file.content_sha256
             file.content_sha256, file.size_bytes, file.mtime_ns = content_sha256, size, mtime_ns
             file.status, file.error, file.indexed_at = "indexed", None, _now()
@@ -466,7 +466,7 @@ class CollectionStore:
         path = _absolute(path)
         with self._db.session() as session:
             row = self._row(session, name)
-            file = self._file(session, row.id, path, None, None)
+            file = self._file(session, row, path, None, None)
             previous = file.content_sha256
             file.content_sha256, file.status, file.error = None, "failed", _one_line(error)
             row.updated_at = _now()
@@ -556,17 +556,20 @@ class CollectionStore:
             )
         )
 
-    @staticmethod
     def _file(
-        session: Session, collection_id: int, path: str, size: int | None, mtime_ns: int | None
+        self, session: Session, row: CollectionRow, path: str, size: int | None, mtime_ns: int | None
     ) -> CollectionFileRow:
-        """The collection's row for `path`, created if the loop reports a file no scan recorded."""
+        """The collection's row for `path`, created if the loop reports a file no scan recorded; a
+        CollectionError if no path of the collection covers it (one removed while indexing ran)."""
         file = session.scalars(
             select(CollectionFileRow).where(
-                CollectionFileRow.collection_id == collection_id, CollectionFileRow.path == path
+                CollectionFileRow.collection_id == row.id, CollectionFileRow.path == path
             )
         ).one_or_none()
         if file is None:
+            roots = self._roots(session, [row.id]).get(row.id, ())
+            if not any(_covers(root, path) for root in roots):
+                raise CollectionError(f"{path} is not in collection {row.name!r}.")
             if size is None or mtime_ns is None:
                 try:
                     info = Path(path).stat()
@@ -574,7 +577,7 @@ class CollectionStore:
                 except OSError:
                     size, mtime_ns = 0, 0
             file = CollectionFileRow(
-                collection_id=collection_id, path=path, size_bytes=size, mtime_ns=mtime_ns, status="pending"
+                collection_id=row.id, path=path, size_bytes=size, mtime_ns=mtime_ns, status="pending"
             )
             session.add(file)
         return file

@@ -9,14 +9,14 @@ holding the same bytes. `search` ranks the passages of a scope (some contents, o
 takes the best CANDIDATES of each and fuses the two lists by Reciprocal Rank Fusion (Cormack, Clarke and
 Büttcher, SIGIR 2009): score = sum over the lists of 1 / (RRF_K + rank). Ranks, not scores, because the
 two scores share no scale: bm25 is unbounded and depends on the corpus and the question's length, and a
-model's cosines sit in a band of its own (E5's crowd into 0.7-0.9), so any weighted sum would need tuning
+model's cosines sit in a band of its own (E5's crowd between 0.7 and 1), so any weighted sum would need tuning
 per model and per collection. k = 60 is the constant of that paper, robust across the TREC collections
 it was tried on, and the default of Elasticsearch, OpenSearch and Azure AI Search: large enough that a
 passage ranked well by both lists beats one ranked first by only one, small enough that the top of each
 list still counts for more than its tail.
 
 Vectors are stored as float16 little-endian, L2-normalised (768 bytes at 384 dimensions). Reading 100,000
-blobs out of SQLite for every question would take most of a second, so each (model, scope) pair keeps
+blobs out of SQLite for every question would take over a second, so each (model, scope) pair keeps
 its matrix in memory, built on first use and dropped when a write makes it stale: a generation counter
 counts this process's writes, and the database's own counters (the chunk id sequence, a collection's
 `updated_at`) catch those of another process (a `hearth docs` command while the window is open). Hits
@@ -24,10 +24,11 @@ are read back from the database inside the scope, so a passage deleted meanwhile
 
 Exactness at speed: NumPy has no fast float16 arithmetic, and a float32 copy is 1.5 KB a passage read at
 memory speed for every question. So the cached matrix also holds an int8 copy (one scale per row). A
-first pass scores every row in int8; since rounding moves each coordinate by at most half a step, each
-row's true cosine lies within a known bound of its int8 score, so every row that could still reach the
-top CANDIDATES is kept and only those (a few hundred) are scored again in float16. The result is exactly
-the float16 cosine top list, from a pass that reads a quarter of the bytes.
+first pass scores every row from int8 (cast block by block to float32 for BLAS); since rounding moves
+each coordinate by at most half a step, each row's true cosine lies within a known bound of its int8
+score, so every row that could still reach the top CANDIDATES is kept and only those (a few hundred) are
+scored again from their float16 values. The result is exactly the float16 cosine top list, from a pass
+over a quarter of the bytes a float32 copy would take.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ RRF_K = 60
 # taken rarest first while the passages they match together fit this budget; the common ones are left to
 # the vectors (the idea of Lucene's CommonTermsQuery cut-off). A fixed number keeps the cost flat as a
 # collection grows.
-FTS_BUDGET = 5000
+FTS_BUDGET = 3000
 # Matrices kept per (model, scope): a few collections and the attachments of the chats in use.
 CACHE_ENTRIES = 8
 # Collection files whose passages are searched: a changed file keeps its last indexed passages until it
@@ -121,10 +122,19 @@ class _Matrix:
             raise ValueError(f"vectors of one model must have one size; found {sorted(dims)} bytes")
         width = len(blobs[0]) // EMBEDDING_DTYPE.itemsize if blobs else 0
         vectors = np.frombuffer(b"".join(blobs), dtype=EMBEDDING_DTYPE).reshape(len(blobs), width)
-        wide = vectors.astype(np.float32)
-        peak = np.abs(wide).max(axis=1) if len(blobs) else np.zeros(0, np.float32)
-        scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
-        sketch = np.rint(wide / scales[:, None]).astype(np.int8)
+        rows = len(blobs)
+        sketch = np.empty((rows, width), dtype=np.int8)
+        scales = np.empty(rows, dtype=np.float32)
+        # Block by block, so that the float32 copies stay in the CPU cache.
+        for start in range(0, rows, _BLOCK_ROWS):
+            stop = min(rows, start + _BLOCK_ROWS)
+            wide = vectors[start:stop].astype(np.float32)
+            peak = np.abs(wide).max(axis=1)
+            scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+            wide /= scale[:, None]
+            np.rint(wide, out=wide)
+            np.copyto(sketch[start:stop], wide, casting="unsafe")
+            scales[start:stop] = scale
         return cls(
             generation,
             stamp,
@@ -150,12 +160,13 @@ class _Matrix:
             stop = min(rows, start + _BLOCK_ROWS)
             part = block[: stop - start]
             np.copyto(part, self.sketch[start:stop], casting="unsafe")
-            # einsum, not matmul: OpenBLAS would wake its threads for each block, and they keep
-            # spinning afterwards, taking the CPU from everything else in the process.
-            np.einsum("ij,j->i", part, query, out=coarse[start:stop])
+            np.matmul(part, query, out=coarse[start:stop])
         coarse *= self.scales
-        # |cosine - coarse| <= slack * sum|q|, plus a margin for float32 summation.
-        bound = self.slack * float(np.abs(query).sum()) + 1e-4
+        # Rounding to int8 moved each coordinate by at most `slack`, so the cosine is within
+        # slack * sum|q| of the int8 score; summing `dims` float32 products adds at most dims * 2^-24 of
+        # the sum of their magnitudes (<= 127 * sum|q| steps), and the scaling one more rounding.
+        error = 1.0 + 2.0 * 127.0 * self.dims * 2.0**-24
+        bound = self.slack * (float(np.abs(query).sum()) * error) + 1e-6
         if n < rows:
             floor = np.partition(coarse - bound, rows - n)[rows - n]
             candidates = np.flatnonzero(coarse + bound >= floor)
@@ -465,22 +476,31 @@ class ChunkIndex:
             if background is not None:
                 nearest = background.result()
             fused = _fuse(fts, nearest)
+            # Which candidates still exist in the scope (a passage deleted since the matrix was read, or
+            # moved out of the scope, is not), then the text of the best `limit` of them only.
+            present = set(
+                session.execute(
+                    text(
+                        "SELECT c.id FROM json_each(:ids) AS j CROSS JOIN document_chunks AS c "
+                        f"ON c.id = j.value WHERE {condition}"
+                    ),
+                    {**params, "ids": json.dumps([item[0] for item in fused])},
+                ).scalars()
+            )
+            best = [item for item in fused if item[0] in present][:limit]
             rows = {
                 row.id: row
                 for row in session.execute(
                     text(
-                        "SELECT c.id, c.content_sha256, c.ordinal, c.location, c.text "
-                        "FROM document_chunks AS c "
-                        f"WHERE c.id IN (SELECT value FROM json_each(:ids)) AND {condition}"
+                        "SELECT id, content_sha256, ordinal, location, text FROM document_chunks "
+                        "WHERE id IN (SELECT value FROM json_each(:ids))"
                     ),
-                    {**params, "ids": json.dumps([item[0] for item in fused])},
+                    {"ids": json.dumps([item[0] for item in best])},
                 )
             }
         hits = []
-        for chunk_id, score, fts_rank, vector_rank in fused:
-            row = rows.get(chunk_id)
-            if row is None:  # deleted since the matrix was read, or moved out of the scope
-                continue
+        for chunk_id, score, fts_rank, vector_rank in best:
+            row = rows[chunk_id]
             hits.append(
                 Hit(
                     chunk_id,
@@ -493,8 +513,6 @@ class ChunkIndex:
                     vector_rank,
                 )
             )
-            if len(hits) == limit:
-                break
         return hits
 
     def _full_text(

@@ -319,6 +319,20 @@ def test_marking_a_file_indexed_needs_its_passages(collections: CollectionStore,
         collections.mark_indexed("notes", folder / "bread.md", "0" * 64, 1, 1)
 
 
+def test_a_file_reported_after_its_path_was_removed_is_refused(
+    collections: CollectionStore, index: ChunkIndex, folder: Path
+) -> None:
+    collections.create("notes", [folder / "trips", folder / "bread.md"])
+    plan = collections.scan("notes")
+    collections.remove_paths("notes", [folder / "trips"])
+    # The indexing loop was still working through the plan.
+    with pytest.raises(CollectionError, match=r"harbour\.txt is not in collection 'notes'"):
+        index_files(collections, index, "notes", plan)
+    with pytest.raises(CollectionError, match="is not in collection"):
+        collections.mark_failed("notes", folder / "trips" / "harbour.txt", "unreadable")
+    assert paths(collections.files("notes")) == ["bread.md"]
+
+
 def test_the_summary_counts_files_passages_and_bytes(
     collections: CollectionStore, index: ChunkIndex, folder: Path
 ) -> None:
