@@ -24,6 +24,7 @@ from app.chat.session import (
 from app.conversations.store import Message
 from app.errors import HearthError
 from app.remote.registry import split_model_name
+from ui.attachments import AttachmentTray, FileDrops
 from ui.composer import Composer
 from ui.context_meter import ContextMeter
 from ui.message_row import ReplyStats, TranscriptEntry
@@ -117,6 +118,8 @@ class ChatArea(QWidget):
         self.editBanner.hide()
         self.contextMeter = ContextMeter()
         self.composer = Composer()
+        services = context.services
+        self.attachments = AttachmentTray(services.documents, services.documents_worker, context.show_error)
         self.sendButton = QPushButton()
         self.sendButton.setObjectName("sendButton")
         self.stopButton = QPushButton()
@@ -138,6 +141,7 @@ class ChatArea(QWidget):
         layout.addWidget(self.transcript, 1)
         layout.addWidget(self.editBanner)
         layout.addWidget(self.contextMeter)
+        layout.addWidget(self.attachments)
         layout.addLayout(compose)
 
         self._measure_timer = QTimer(self)
@@ -148,6 +152,11 @@ class ChatArea(QWidget):
         self.sendButton.clicked.connect(self.send)
         self.composer.submitted.connect(self.send)
         self.composer.textChanged.connect(self.schedule_measure)
+        self.composer.filesDropped.connect(self.attachments.attach_paths)
+        self.attachments.changed.connect(self.update_controls)
+        self._drops = FileDrops(self.attachments.attach_paths, self)
+        self.transcript.viewport().setAcceptDrops(True)
+        self.transcript.viewport().installEventFilter(self._drops)
         self.stopButton.clicked.connect(self.stop)
         self.cancelEditButton.clicked.connect(self._session.cancel_edit)
         self.transcript.actionTriggered.connect(self._on_message_action)
@@ -181,6 +190,8 @@ class ChatArea(QWidget):
             self.tr("Message Hearth… (Enter to send, Shift+Enter for a new line)")
         )
         self.sendButton.setText(self.tr("Send"))
+        self.attachments.retranslate()
+        self.update_controls()
         self.stopButton.setText(self.tr("Stop"))
         self.contextMeter.retranslate()
         self.undoBar.retranslate()
@@ -188,7 +199,12 @@ class ChatArea(QWidget):
     def update_controls(self) -> None:
         busy = self._context.services.chat.busy
         writable = not self._context.read_only
-        self.sendButton.setEnabled(self._session.model is not None and not busy and writable)
+        reading = self.attachments.reading
+        self.sendButton.setEnabled(self._session.model is not None and not busy and writable and not reading)
+        self.sendButton.setToolTip(
+            self.tr("Waiting for the attached files to be read") if reading and not busy else ""
+        )
+        self.attachments.attachButton.setEnabled(writable)
         self.stopButton.setEnabled(busy)
         # Enabled without models too: "Add server…" is in it.
         self.modelBar.modelPicker.setEnabled(not busy and writable)
@@ -251,7 +267,7 @@ class ChatArea(QWidget):
     def send(self) -> None:
         session = self._session
         prompt = self.composer.toPlainText()
-        if not session.can_send(prompt):
+        if not session.can_send(prompt) or self.attachments.reading:
             return
         if session.model is None:
             self._context.show_error(self.tr("Install a model before sending a message."))
@@ -261,7 +277,13 @@ class ChatArea(QWidget):
             session.after_creation(self.send)
             return
         self.composer.clear()
-        session.send(prompt)
+        if session.editing is not None:
+            # An edited prompt goes without files (see ChatSession.send): they wait for the next message.
+            session.send(prompt)
+            return
+        attachments = self.attachments.attachments()
+        self.attachments.clear()
+        session.send(prompt, attachments)
 
     def stop(self) -> None:
         # Escape works anywhere in the window; with nothing running there is nothing to cancel.
@@ -357,6 +379,7 @@ class ChatArea(QWidget):
         elif request is not None and request.text and not self.composer.toPlainText():
             # The reply never started; hand the prompt back so nothing typed is lost.
             self.composer.setPlainText(request.text)
+            self.attachments.restore(request.attachments)
             if request.kind == "edit" and request.target is not None:
                 self._session.begin_edit(request.target)
                 self.composer.setPlainText(request.text)
