@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import shiboken6
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtWidgets import QDialog, QFrame, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
+from app.attachments.files import FileStore
 from app.chat.session import (
     BranchChanged,
     BranchLoaded,
@@ -24,12 +26,13 @@ from app.chat.session import (
 from app.conversations.store import Message
 from app.errors import HearthError
 from app.remote.registry import split_model_name
-from ui.attachments import AttachmentTray, FileDrops
+from ui.attachments import AttachmentTray, FileDrops, PassageDialog, openable_copy
 from ui.composer import Composer
 from ui.context_meter import ContextMeter
 from ui.message_row import ReplyStats, TranscriptEntry
 from ui.model_bar import ModelBar
 from ui.provenance import ProvenanceDialog
+from ui.row_documents import FileRef, SourceRef
 from ui.safe_browser import ConfirmOpen, OpenUrl
 from ui.status_line import plain_label
 from ui.transcript import Transcript
@@ -65,6 +68,8 @@ def entry_for(message: Message) -> TranscriptEntry:
         message.context_note,
         reasoning=message.reasoning,
         reasoning_seconds=message.reasoning_seconds,
+        files=tuple(FileRef.of_part(part) for part in message.attachments),
+        sources=tuple(SourceRef.of_part(part) for part in message.sources),
     )
 
 
@@ -85,7 +90,8 @@ class ChatArea(QWidget):
         self._session = context.session
         # A search hit in a reply's thinking: that reply opens with its Thinking section expanded.
         self._thinking_hit: int | None = None
-        self._dialogs: list[ProvenanceDialog] = []
+        self._dialogs: list[QDialog] = []
+        self._open_url = open_url
 
         self.modelBar = ModelBar(context)
         self.undoBar = UndoBar()
@@ -160,6 +166,8 @@ class ChatArea(QWidget):
         self.stopButton.clicked.connect(self.stop)
         self.cancelEditButton.clicked.connect(self._session.cancel_edit)
         self.transcript.actionTriggered.connect(self._on_message_action)
+        self.transcript.fileClicked.connect(self._open_attached_file)
+        self.transcript.sourceClicked.connect(self._show_source)
         context.services.chat.contextUsage.connect(self.contextMeter.set_usage)
 
         session = self._session
@@ -319,6 +327,47 @@ class ChatArea(QWidget):
         if self._context.dialogs.confirm(self, self.tr("Delete message"), question, self.tr("Delete")):
             self._session.delete_message(message_id)
 
+    def _open_attached_file(self, message_id: int, index: int) -> None:
+        row = self.transcript.row(message_id)
+        if row is None or index >= len(row.entry.files):
+            return
+        self.open_stored_file(row.entry.files[index].name, row.entry.files[index].sha256)
+
+    def open_stored_file(self, name: str, sha256: str | None) -> None:
+        """Open an attachment with the system's application for it (see `openable_copy` for why a copy)."""
+        if sha256 is None:
+            return
+        paths = self._context.services.paths
+        stored = FileStore(paths.attachments_dir).path(sha256)
+
+        def copy() -> Path | None:
+            try:
+                return openable_copy(stored, name, paths.home / "opened")
+            except FileNotFoundError:
+                return None
+
+        def open_copy(copied: Path | None) -> None:
+            if copied is None:
+                self._context.show_error(
+                    self.tr("{name} is no longer stored; attach it again to open it.").format(name=name)
+                )
+            elif not self._open_url(QUrl.fromLocalFile(str(copied))):
+                self._context.show_error(self.tr("No application could open {name}.").format(name=name))
+
+        self._context.run(copy, open_copy)
+
+    def _show_source(self, message_id: int, index: int) -> None:
+        row = self.transcript.row(message_id)
+        if row is None or index >= len(row.entry.sources):
+            return
+        source = row.entry.sources[index]
+        sha256 = source.sha256
+        opener = (lambda: self.open_stored_file(source.name, sha256)) if sha256 is not None else None
+        dialog = PassageDialog(source.name, source.location, source.text, opener, self.window())
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self._dialogs = [d for d in self._dialogs if shiboken6.isValid(d)] + [dialog]
+        dialog.open()
+
     def _show_provenance(self, message_id: int) -> None:
         message = self._session.messages.get(message_id)
         if message is None:
@@ -351,7 +400,8 @@ class ChatArea(QWidget):
         if request.kind in ("regenerate", "edit") and request.target is not None:
             self.transcript.remove_from(request.target)
         if reply.user_text is not None:
-            self.transcript.add_entry(TranscriptEntry(reply.user_id, "user", reply.user_text))
+            files = tuple(FileRef.of_attachment(a) for a in request.attachments)
+            self.transcript.add_entry(TranscriptEntry(reply.user_id, "user", reply.user_text, files=files))
         self.transcript.add_entry(
             TranscriptEntry(reply.assistant_id, "assistant", "", "streaming", live=reply.text)
         )

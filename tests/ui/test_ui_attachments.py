@@ -6,15 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QMimeData, Qt, QUrl
+from PySide6.QtCore import QMimeData, QRect, Qt, QUrl
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
 from pytestqt.qtbot import QtBot
 
+from app.conversations.store import PartInput, ReplyProvenance
 from app.paths import HearthPaths
 from app.settings import Settings, save_settings
 from tests.helpers.document_files import pdf_bytes, write
-from tests.helpers.ui_fixtures import GuiSessions, click, rows
+from tests.helpers.ui_fixtures import GuiSessions, click, click_conversation, rows, titles
+from ui.attachments import PassageDialog
+from ui.chat_area import entry_for
 from ui.main_window import MainWindow
 
 pytestmark = pytest.mark.gui
@@ -130,3 +133,99 @@ def test_a_message_sent_with_a_file_stores_it_and_shows_its_chip(
     assert part.size_bytes == notes.stat().st_size
     (user_row,) = rows(window, "user")
     assert user_row.text == "What is the keeper's name?"
+    (chip,) = user_row.entry.files
+    assert chip.label.startswith("lighthouse.txt · Text · ") and chip.sha256 == part.file_sha256
+    # Read back from the database, the row shows the same chip; a click opens a copy under the file's name.
+    assert entry_for(prompt).files == (chip,)
+    _click(window, window.transcript.documents_rect(prompt.id, "file"))
+    qtbot.waitUntil(lambda: bool(session.answers.opened))
+    (opened,) = session.answers.opened
+    copy = Path(QUrl(opened).toLocalFile())
+    assert copy.name == "lighthouse.txt" and copy.read_bytes() == notes.read_bytes()
+    assert copy.is_relative_to(home.home)
+
+
+def _click(window: MainWindow, rect: QRect) -> None:
+    viewport = window.transcript.viewport()
+    QTest.mouseMove(viewport, rect.center())
+    QTest.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=rect.center())
+
+
+def test_a_reply_with_sources_lists_them_and_a_click_shows_the_passage(
+    qtbot: QtBot, gui: GuiSessions, home: HearthPaths, tmp_path: Path
+) -> None:
+    session = gui.open(home, preload_model=False)
+    window, services = session.window, session.services
+    manual = tmp_path / "manual.md"
+    manual.write_text("# Care\n\nOil the lamp weekly and trim the wick.\n", encoding="utf-8")
+    stored = services.documents.attach(manual)
+    passage = "Oil the lamp weekly and trim the wick."
+    turn = services.store.begin_turn(
+        None,
+        prompt="How do I look after the lamp?",
+        after=None,
+        system_prompt=None,
+        reply=ReplyProvenance("starter", None, {}, None),
+        prompt_parts=[
+            PartInput("attachment", "manual.md", stored.sha256, stored.mime_type, {"kind": stored.kind})
+        ],
+        reply_parts=[
+            PartInput(
+                "source",
+                "manual.md",
+                stored.sha256,
+                meta={"location": "Care", "score": 0.9, "collection": None, "content_sha256": stored.sha256},
+                text=passage,
+            ),
+            PartInput(
+                "source",
+                "handbook.pdf",
+                None,
+                meta={
+                    "location": "page 4",
+                    "score": 0.5,
+                    "collection": "keepers",
+                    "content_sha256": "0" * 64,
+                },
+                text="Ring the bell at dusk.",
+            ),
+        ],
+    )
+    services.store.finish_message(turn.reply.id, content="Oil it weekly.", status="complete")
+    window.refresh_conversations()
+    qtbot.waitUntil(lambda: bool(titles(window)))
+    click_conversation(qtbot, window, titles(window)[0])
+    qtbot.waitUntil(lambda: window.transcript.row(turn.reply.id) is not None)
+    reply = window.transcript.row(turn.reply.id)
+    assert reply is not None and len(reply.entry.sources) == 2
+
+    # Collapsed: one line saying how many; a click lists them.
+    sources = window.transcript.documents_rect(turn.reply.id, "sources")
+    collapsed = reply.height
+    _click(window, sources)
+    assert reply.sources_expanded and reply.height > collapsed
+    assert "manual.md — Care — Oil the lamp" in reply.entry.sources[0].line
+    # Painted with the row (a failure while painting fails the test through pytest-qt).
+    assert window.transcript.viewport().grab().save(str(tmp_path / "sources.png"))
+
+    _click(window, window.transcript.documents_rect(turn.reply.id, "source", 0))
+    qtbot.waitUntil(lambda: window.findChild(PassageDialog) is not None)
+    dialog = window.findChild(PassageDialog)
+    assert isinstance(dialog, PassageDialog)
+    assert dialog.fileLabel.text() == "manual.md — Care"
+    assert dialog.passage.toPlainText() == passage
+    click(dialog.openButton)
+    qtbot.waitUntil(lambda: bool(session.answers.opened))
+    assert Path(QUrl(session.answers.opened[0]).toLocalFile()).name == "manual.md"
+    dialog.close()
+
+    # A collection's file is not stored with the chat: its passage shows, the file button says why not.
+    _click(window, window.transcript.documents_rect(turn.reply.id, "source", 1))
+    qtbot.waitUntil(
+        lambda: any(
+            d.isVisible() and "handbook" in d.fileLabel.text() for d in window.findChildren(PassageDialog)
+        )
+    )
+    (other,) = [d for d in window.findChildren(PassageDialog) if "handbook" in d.fileLabel.text()]
+    assert other.fileLabel.text() == "handbook.pdf — page 4" and not other.openButton.isEnabled()
+    other.close()
