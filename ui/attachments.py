@@ -1,7 +1,7 @@
 """Files attached to the message being written: the chips above the composer, reading files off the GUI
 thread, dropping and pasting files; and opening a stored attachment or a reply's source passage.
 
-Strings are translated in the "Attachments" context.
+Strings are translated in the "Attachments" context (literal in each call: lupdate reads only literals).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from app.qt.background import Background, describe
 
 log = logging.getLogger("hearth.ui.attachments")
 
-CONTEXT = "Attachments"
 # Shown for a kind (app.documents.model.DocumentKind) on chips.
 KIND_LABELS = {
     "pdf": "PDF",
@@ -52,10 +51,6 @@ KIND_LABELS = {
 }
 
 
-def _tr(text: str) -> str:
-    return QCoreApplication.translate(CONTEXT, text)
-
-
 def describe_file(name: str, kind: str | None, size_bytes: int | None, pages: int | None) -> str:
     """A chip's text: "report.pdf · PDF · 120 KB · 3 pages" (what is known of it)."""
     parts = [name]
@@ -64,7 +59,11 @@ def describe_file(name: str, kind: str | None, size_bytes: int | None, pages: in
     if size_bytes is not None:
         parts.append(human_size(size_bytes))
     if pages:
-        parts.append(_tr("1 page") if pages == 1 else _tr("{count} pages").format(count=pages))
+        parts.append(
+            QCoreApplication.translate("Attachments", "1 page")
+            if pages == 1
+            else QCoreApplication.translate("Attachments", "{count} pages").format(count=pages)
+        )
     return " · ".join(parts)
 
 
@@ -91,7 +90,9 @@ class FileChip(QFrame):
         self.removeButton = QToolButton()
         self.removeButton.setObjectName("removeAttachmentButton")
         self.removeButton.setText("×")
-        self.removeButton.setToolTip(_tr("Remove this file from the message"))
+        self.removeButton.setToolTip(
+            QCoreApplication.translate("Attachments", "Remove this file from the message")
+        )
         self.removeButton.setAutoRaise(True)
         self.removeButton.clicked.connect(self.removed)
         layout = QHBoxLayout(self)
@@ -134,9 +135,11 @@ class AttachmentTray(QWidget):
         self.retranslate()
 
     def retranslate(self) -> None:
-        self.attachButton.setText(_tr("Attach files…"))
+        self.attachButton.setText(QCoreApplication.translate("Attachments", "Attach files…"))
         self.attachButton.setToolTip(
-            _tr("Attach documents to the next message (you can also drop or paste files)")
+            QCoreApplication.translate(
+                "Attachments", "Attach documents to the next message (you can also drop or paste files)"
+            )
         )
         self._show_reading()
 
@@ -149,7 +152,9 @@ class AttachmentTray(QWidget):
         return tuple(chip.attachment for chip in self.chips)
 
     def choose_files(self) -> None:
-        names, _filter = QFileDialog.getOpenFileNames(self, _tr("Attach files"))
+        names, _filter = QFileDialog.getOpenFileNames(
+            self, QCoreApplication.translate("Attachments", "Attach files")
+        )
         self.attach_paths([Path(name) for name in names])
 
     def attach_paths(self, paths: Sequence[Path]) -> None:
@@ -211,7 +216,7 @@ class AttachmentTray(QWidget):
 
     def _show_reading(self) -> None:
         self.readingLabel.setVisible(self._reading > 0)
-        self.readingLabel.setText(_tr("Reading files…"))
+        self.readingLabel.setText(QCoreApplication.translate("Attachments", "Reading files…"))
 
 
 class FileDrops(QObject):
@@ -271,7 +276,7 @@ class PassageDialog(QDialog):
     ) -> None:
         super().__init__(parent)
         self.setObjectName("passageDialog")
-        self.setWindowTitle(_tr("Source passage"))
+        self.setWindowTitle(QCoreApplication.translate("Attachments", "Source passage"))
         self.fileLabel = QLabel(f"{name} — {location}" if location else name)
         self.fileLabel.setObjectName("passageFile")
         self.fileLabel.setTextFormat(Qt.TextFormat.PlainText)
@@ -281,12 +286,16 @@ class PassageDialog(QDialog):
         self.passage.setReadOnly(True)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
-        self.openButton = QPushButton(_tr("Open file"))
+        self.openButton = QPushButton(QCoreApplication.translate("Attachments", "Open file"))
         self.openButton.setObjectName("openPassageFile")
         if open_file is None:
             # A collection's file is where the user keeps it; only stored attachments can be opened here.
             self.openButton.setEnabled(False)
-            self.openButton.setToolTip(_tr("This file is in a collection, not stored with the chat"))
+            self.openButton.setToolTip(
+                QCoreApplication.translate(
+                    "Attachments", "This file is in a collection, not stored with the chat"
+                )
+            )
         else:
             self.openButton.clicked.connect(open_file)
         buttons.addButton(self.openButton, QDialogButtonBox.ButtonRole.ActionRole)

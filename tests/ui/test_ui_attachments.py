@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QMimeData, QRect, Qt, QUrl
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtCore import QMimeData, QPointF, QRect, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication
 from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.conversations.store import PartInput, ReplyProvenance
@@ -229,3 +230,27 @@ def test_a_reply_with_sources_lists_them_and_a_click_shows_the_passage(
     (other,) = [d for d in window.findChildren(PassageDialog) if "handbook" in d.fileLabel.text()]
     assert other.fileLabel.text() == "handbook.pdf — page 4" and not other.openButton.isEnabled()
     other.close()
+
+
+def test_files_dropped_on_the_transcript_are_attached(
+    qtbot: QtBot, gui: GuiSessions, home: HearthPaths, tmp_path: Path
+) -> None:
+    window = gui.open(home, preload_model=False).window
+    table = tmp_path / "tides.csv"
+    table.write_text("day,high\nMonday,06:10\nTuesday,06:55\n", encoding="utf-8")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(table))])
+    viewport = window.transcript.viewport()
+    at = QPointF(viewport.rect().center())
+    copy = Qt.DropAction.CopyAction
+    no_buttons, no_keys = Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier
+
+    enter = QDragEnterEvent(at.toPoint(), copy, mime, no_buttons, no_keys)
+    QApplication.sendEvent(viewport, enter)
+    assert enter.isAccepted()
+    drop = QDropEvent(at, copy, mime, no_buttons, no_keys)
+    QApplication.sendEvent(viewport, drop)
+    _wait_read(qtbot, window)
+
+    (text,) = _chip_texts(window)
+    assert text.startswith("tides.csv · CSV · "), text
