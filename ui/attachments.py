@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import Path
 
 import shiboken6
-from PySide6.QtCore import QCoreApplication, QEvent, QMimeData, QObject, Qt, Signal
+from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication, QEvent, QMimeData, QObject, Qt, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QDialog,
@@ -36,8 +36,8 @@ from app.qt.background import Background, describe
 
 log = logging.getLogger("hearth.ui.attachments")
 
-# Shown for a kind (app.documents.model.DocumentKind) on chips.
-KIND_LABELS = {
+# Shown for a kind (app.documents.model.DocumentKind) on chips; format names stay as they are.
+KIND_LABELS: dict[str, object] = {
     "pdf": "PDF",
     "docx": "Word",
     "xlsx": "Excel",
@@ -45,8 +45,8 @@ KIND_LABELS = {
     "pptx": "PowerPoint",
     "html": "HTML",
     "markdown": "Markdown",
-    "text": "Text",
-    "code": "Code",
+    "text": QT_TRANSLATE_NOOP("Attachments", "Text"),
+    "code": QT_TRANSLATE_NOOP("Attachments", "Code"),
     "epub": "EPUB",
 }
 
@@ -55,7 +55,7 @@ def describe_file(name: str, kind: str | None, size_bytes: int | None, pages: in
     """A chip's text: "report.pdf · PDF · 120 KB · 3 pages" (what is known of it)."""
     parts = [name]
     if kind:
-        parts.append(KIND_LABELS.get(kind, kind))
+        parts.append(QCoreApplication.translate("Attachments", str(KIND_LABELS.get(kind, kind))))
     if size_bytes is not None:
         parts.append(human_size(size_bytes))
     if pages:

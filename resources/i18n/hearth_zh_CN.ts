@@ -4,6 +4,14 @@
 <context>
     <name>Attachments</name>
     <message>
+        <source>Text</source>
+        <translation>文本</translation>
+    </message>
+    <message>
+        <source>Code</source>
+        <translation>代码</translation>
+    </message>
+    <message>
         <source>1 page</source>
         <translation>1 页</translation>
     </message>
