@@ -248,7 +248,8 @@ def openable_copy(stored: Path, name: str, opened_dir: Path) -> Path:
     The stored file is named by its hash, with no extension, so the system could not pick the right
     application for it; and an application that writes back to what it opened must not change the copy
     the conversation refers to (its hash would no longer match). The copy lives in the Hearth home, not
-    the system's temporary folder, so it stays with the rest of the user's data.
+    the system's temporary folder, so it stays with the rest of the user's data; the next start removes
+    it (`forget_opened_copies`).
     """
     if not stored.is_file():
         raise FileNotFoundError(stored)
@@ -261,6 +262,12 @@ def openable_copy(stored: Path, name: str, opened_dir: Path) -> Path:
         partial.chmod(stat.S_IRUSR | stat.S_IRGRP)
         partial.replace(target)
     return target
+
+
+def forget_opened_copies(opened_dir: Path) -> None:
+    """Remove the copies made for opening attachments in an earlier session (an application may still
+    have this session's open), so a deleted conversation's files do not stay behind there for long."""
+    shutil.rmtree(opened_dir, ignore_errors=True)
 
 
 class PassageDialog(QDialog):

@@ -26,7 +26,7 @@ from app.chat.session import (
 from app.conversations.store import Message
 from app.errors import HearthError
 from app.remote.registry import split_model_name
-from ui.attachments import AttachmentTray, FileDrops, PassageDialog, openable_copy
+from ui.attachments import AttachmentTray, FileDrops, PassageDialog, forget_opened_copies, openable_copy
 from ui.composer import Composer
 from ui.context_meter import ContextMeter
 from ui.message_row import ReplyStats, TranscriptEntry
@@ -160,6 +160,10 @@ class ChatArea(QWidget):
         self.composer.textChanged.connect(self.schedule_measure)
         self.composer.filesDropped.connect(self.attachments.attach_paths)
         self.attachments.changed.connect(self.update_controls)
+        self._opened_dir = services.paths.home / "opened"
+        if not context.read_only:
+            opened_dir = self._opened_dir
+            context.run(lambda: forget_opened_copies(opened_dir), lambda _none: None)
         self._drops = FileDrops(self.attachments.attach_paths, self)
         self.transcript.viewport().setAcceptDrops(True)
         self.transcript.viewport().installEventFilter(self._drops)
@@ -342,7 +346,7 @@ class ChatArea(QWidget):
 
         def copy() -> Path | None:
             try:
-                return openable_copy(stored, name, paths.home / "opened")
+                return openable_copy(stored, name, self._opened_dir)
             except FileNotFoundError:
                 return None
 

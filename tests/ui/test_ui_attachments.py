@@ -231,6 +231,13 @@ def test_a_reply_with_sources_lists_them_and_a_click_shows_the_passage(
     assert other.fileLabel.text() == "handbook.pdf — page 4" and not other.openButton.isEnabled()
     other.close()
 
+    # The copies made for opening are gone at the next start.
+    session.close()
+    opened = home.home / "opened"
+    assert any(opened.rglob("manual.md"))
+    gui.open(home, preload_model=False)
+    qtbot.waitUntil(lambda: not opened.exists())
+
 
 def test_files_dropped_on_the_transcript_are_attached(
     qtbot: QtBot, gui: GuiSessions, home: HearthPaths, tmp_path: Path
