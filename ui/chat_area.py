@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import shiboken6
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtWidgets import QDialog, QFrame, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
+from app.attachments.files import FileStore
 from app.chat.session import (
     BranchChanged,
     BranchLoaded,
@@ -24,11 +26,13 @@ from app.chat.session import (
 from app.conversations.store import Message
 from app.errors import HearthError
 from app.remote.registry import split_model_name
+from ui.attachments import AttachmentTray, FileDrops, PassageDialog, forget_opened_copies, openable_copy
 from ui.composer import Composer
 from ui.context_meter import ContextMeter
 from ui.message_row import ReplyStats, TranscriptEntry
 from ui.model_bar import ModelBar
 from ui.provenance import ProvenanceDialog
+from ui.row_documents import FileRef, SourceRef
 from ui.safe_browser import ConfirmOpen, OpenUrl
 from ui.status_line import plain_label
 from ui.transcript import Transcript
@@ -64,6 +68,8 @@ def entry_for(message: Message) -> TranscriptEntry:
         message.context_note,
         reasoning=message.reasoning,
         reasoning_seconds=message.reasoning_seconds,
+        files=tuple(FileRef.of_part(part) for part in message.attachments),
+        sources=tuple(SourceRef.of_part(part) for part in message.sources),
     )
 
 
@@ -84,7 +90,8 @@ class ChatArea(QWidget):
         self._session = context.session
         # A search hit in a reply's thinking: that reply opens with its Thinking section expanded.
         self._thinking_hit: int | None = None
-        self._dialogs: list[ProvenanceDialog] = []
+        self._dialogs: list[QDialog] = []
+        self._open_url = open_url
 
         self.modelBar = ModelBar(context)
         self.undoBar = UndoBar()
@@ -117,6 +124,8 @@ class ChatArea(QWidget):
         self.editBanner.hide()
         self.contextMeter = ContextMeter()
         self.composer = Composer()
+        services = context.services
+        self.attachments = AttachmentTray(services.documents, services.documents_worker, context.show_error)
         self.sendButton = QPushButton()
         self.sendButton.setObjectName("sendButton")
         self.stopButton = QPushButton()
@@ -138,6 +147,7 @@ class ChatArea(QWidget):
         layout.addWidget(self.transcript, 1)
         layout.addWidget(self.editBanner)
         layout.addWidget(self.contextMeter)
+        layout.addWidget(self.attachments)
         layout.addLayout(compose)
 
         self._measure_timer = QTimer(self)
@@ -148,9 +158,20 @@ class ChatArea(QWidget):
         self.sendButton.clicked.connect(self.send)
         self.composer.submitted.connect(self.send)
         self.composer.textChanged.connect(self.schedule_measure)
+        self.composer.filesDropped.connect(self.attachments.attach_paths)
+        self.attachments.changed.connect(self.update_controls)
+        self._opened_dir = services.paths.home / "opened"
+        if not context.read_only:
+            opened_dir = self._opened_dir
+            context.run(lambda: forget_opened_copies(opened_dir), lambda _none: None)
+        self._drops = FileDrops(self.attachments.attach_paths, self)
+        self.transcript.viewport().setAcceptDrops(True)
+        self.transcript.viewport().installEventFilter(self._drops)
         self.stopButton.clicked.connect(self.stop)
         self.cancelEditButton.clicked.connect(self._session.cancel_edit)
         self.transcript.actionTriggered.connect(self._on_message_action)
+        self.transcript.fileClicked.connect(self._open_attached_file)
+        self.transcript.sourceClicked.connect(self._show_source)
         context.services.chat.contextUsage.connect(self.contextMeter.set_usage)
 
         session = self._session
@@ -181,6 +202,8 @@ class ChatArea(QWidget):
             self.tr("Message Hearth… (Enter to send, Shift+Enter for a new line)")
         )
         self.sendButton.setText(self.tr("Send"))
+        self.attachments.retranslate()
+        self.update_controls()
         self.stopButton.setText(self.tr("Stop"))
         self.contextMeter.retranslate()
         self.undoBar.retranslate()
@@ -188,7 +211,12 @@ class ChatArea(QWidget):
     def update_controls(self) -> None:
         busy = self._context.services.chat.busy
         writable = not self._context.read_only
-        self.sendButton.setEnabled(self._session.model is not None and not busy and writable)
+        reading = self.attachments.reading
+        self.sendButton.setEnabled(self._session.model is not None and not busy and writable and not reading)
+        self.sendButton.setToolTip(
+            self.tr("Waiting for the attached files to be read") if reading and not busy else ""
+        )
+        self.attachments.attachButton.setEnabled(writable)
         self.stopButton.setEnabled(busy)
         # Enabled without models too: "Add server…" is in it.
         self.modelBar.modelPicker.setEnabled(not busy and writable)
@@ -251,7 +279,7 @@ class ChatArea(QWidget):
     def send(self) -> None:
         session = self._session
         prompt = self.composer.toPlainText()
-        if not session.can_send(prompt):
+        if not session.can_send(prompt) or self.attachments.reading:
             return
         if session.model is None:
             self._context.show_error(self.tr("Install a model before sending a message."))
@@ -261,7 +289,13 @@ class ChatArea(QWidget):
             session.after_creation(self.send)
             return
         self.composer.clear()
-        session.send(prompt)
+        if session.editing is not None:
+            # An edited prompt goes without files (see ChatSession.send): they wait for the next message.
+            session.send(prompt)
+            return
+        attachments = self.attachments.attachments()
+        self.attachments.clear()
+        session.send(prompt, attachments)
 
     def stop(self) -> None:
         # Escape works anywhere in the window; with nothing running there is nothing to cancel.
@@ -297,6 +331,47 @@ class ChatArea(QWidget):
         if self._context.dialogs.confirm(self, self.tr("Delete message"), question, self.tr("Delete")):
             self._session.delete_message(message_id)
 
+    def _open_attached_file(self, message_id: int, index: int) -> None:
+        row = self.transcript.row(message_id)
+        if row is None or index >= len(row.entry.files):
+            return
+        self.open_stored_file(row.entry.files[index].name, row.entry.files[index].sha256)
+
+    def open_stored_file(self, name: str, sha256: str | None) -> None:
+        """Open an attachment with the system's application for it (see `openable_copy` for why a copy)."""
+        if sha256 is None:
+            return
+        paths = self._context.services.paths
+        stored = FileStore(paths.attachments_dir).path(sha256)
+
+        def copy() -> Path | None:
+            try:
+                return openable_copy(stored, name, self._opened_dir)
+            except FileNotFoundError:
+                return None
+
+        def open_copy(copied: Path | None) -> None:
+            if copied is None:
+                self._context.show_error(
+                    self.tr("{name} is no longer stored; attach it again to open it.").format(name=name)
+                )
+            elif not self._open_url(QUrl.fromLocalFile(str(copied))):
+                self._context.show_error(self.tr("No application could open {name}.").format(name=name))
+
+        self._context.run(copy, open_copy)
+
+    def _show_source(self, message_id: int, index: int) -> None:
+        row = self.transcript.row(message_id)
+        if row is None or index >= len(row.entry.sources):
+            return
+        source = row.entry.sources[index]
+        sha256 = source.sha256
+        opener = (lambda: self.open_stored_file(source.name, sha256)) if sha256 is not None else None
+        dialog = PassageDialog(source.name, source.location, source.text, opener, self.window())
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self._dialogs = [d for d in self._dialogs if shiboken6.isValid(d)] + [dialog]
+        dialog.open()
+
     def _show_provenance(self, message_id: int) -> None:
         message = self._session.messages.get(message_id)
         if message is None:
@@ -329,7 +404,8 @@ class ChatArea(QWidget):
         if request.kind in ("regenerate", "edit") and request.target is not None:
             self.transcript.remove_from(request.target)
         if reply.user_text is not None:
-            self.transcript.add_entry(TranscriptEntry(reply.user_id, "user", reply.user_text))
+            files = tuple(FileRef.of_attachment(a) for a in request.attachments)
+            self.transcript.add_entry(TranscriptEntry(reply.user_id, "user", reply.user_text, files=files))
         self.transcript.add_entry(
             TranscriptEntry(reply.assistant_id, "assistant", "", "streaming", live=reply.text)
         )
@@ -357,6 +433,7 @@ class ChatArea(QWidget):
         elif request is not None and request.text and not self.composer.toPlainText():
             # The reply never started; hand the prompt back so nothing typed is lost.
             self.composer.setPlainText(request.text)
+            self.attachments.restore(request.attachments)
             if request.kind == "edit" and request.target is not None:
                 self._session.begin_edit(request.target)
                 self.composer.setPlainText(request.text)

@@ -1,16 +1,21 @@
-"""The message box: Enter (or Ctrl+Enter) sends, Shift+Enter starts a new line."""
+"""The message box: Enter (or Ctrl+Enter) sends, Shift+Enter starts a new line; files dropped or pasted
+on it are offered for attaching (`filesDropped`) instead of going in as their paths."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QMimeData, QSize, Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
+
+from ui.attachments import local_files
 
 SEND_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
 
 
 class Composer(QPlainTextEdit):
     submitted = Signal()
+    # list[pathlib.Path]: local files dropped or pasted.
+    filesDropped = Signal(list)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -23,6 +28,17 @@ class Composer(QPlainTextEdit):
             self.submitted.emit()
             return
         super().keyPressEvent(event)
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        return bool(local_files(source)) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        # Both paste and drop land here; a copied file would otherwise paste as its path.
+        files = local_files(source)
+        if files:
+            self.filesDropped.emit(files)
+            return
+        super().insertFromMimeData(source)
 
     def sizeHint(self) -> QSize:
         lines = 4

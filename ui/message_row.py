@@ -41,6 +41,7 @@ from ui.markdown import (
     split_block,
     split_markdown,
 )
+from ui.row_documents import DocumentsGeometry, FileRef, SourceRef, hit_documents, layout_documents
 
 # The live tail is re-rendered as Markdown up to this size; past it, new text is appended as plain
 # text until the block settles, so per-flush work stays bounded for an endless paragraph or code block.
@@ -150,6 +151,9 @@ class TranscriptEntry:
     # Streaming: the reply as it is being written, held by whoever writes it (the window's chat session);
     # the row shows it. Without one the row makes its own from the fields above.
     live: LiveReply | None = field(default=None, compare=False, repr=False)
+    # A prompt's attached files; a reply's source passages.
+    files: tuple[FileRef, ...] = ()
+    sources: tuple[SourceRef, ...] = ()
 
 
 @dataclass
@@ -169,12 +173,13 @@ class _Geometry:
     # The "Thinking" line (click to expand or collapse) and, when expanded, the top of the reasoning.
     thinking: QRectF | None = None
     thinking_top: float = 0.0
+    documents: DocumentsGeometry | None = None
 
 
 @dataclass(frozen=True)
 class Hit:
     message_id: int
-    kind: str  # "thinking" | "action" | "code" | "link"
+    kind: str  # "thinking" | "action" | "code" | "link" | "file" | "sources" | "source"
     key: str
 
 
@@ -280,6 +285,8 @@ class MessageRow:
         self.thinking: Segment | None = None
         self.show_thinking = thinking_display != "hidden"
         self.expanded = thinking_display == "expanded"
+        # The reply's Sources block lists its passages (collapsed: one line saying how many).
+        self.sources_expanded = False
         self.segments: list[Segment] | None = None
         self._splitter: BlockSplitter | None = None
         self._tail: Segment | None = None
@@ -475,6 +482,11 @@ class MessageRow:
         self.geometry = None
         self.measured_width = None
 
+    def set_sources_expanded(self, expanded: bool) -> None:
+        self.sources_expanded = expanded
+        self.geometry = None
+        self.measured_width = None
+
     def set_thinking_display(self, display: str) -> None:
         self.show_thinking = display != "hidden"
         self.set_expanded(display == "expanded")
@@ -591,6 +603,10 @@ class MessageRow:
         per_line = max(20.0, self.content_width(width) / fonts.average_char)
         text = self.text
         lines = text.count("\n") + len(text) / per_line + 1
+        if self.entry.files:
+            lines += 1
+        if self.entry.sources:
+            lines += 1 + (len(self.entry.sources) if self.sources_expanded else 0)
         if self.has_thinking:
             lines += 1
             if self.expanded:
@@ -775,6 +791,17 @@ class MessageRow:
         y = geometry.body_top + geometry.body_height
         if self.streaming and not self.segments and self._tail is None:
             y += QFontMetricsF(fonts.body).lineSpacing()
+        geometry.documents = layout_documents(
+            self.entry.files,
+            self.entry.sources,
+            self.sources_expanded,
+            fonts.small,
+            ROW_PAD,
+            content,
+            y + GAP,
+        )
+        if geometry.documents is not None:
+            y = geometry.documents.bottom
         small = QFontMetricsF(fonts.small)
         flags = int(Qt.TextFlag.TextWordWrap)
 
@@ -859,6 +886,10 @@ class MessageRow:
         for name, rect in geometry.actions:
             if rect.contains(point) and name != "sibling":
                 return Hit(self.message_id, "action", name)
+        if geometry.documents is not None:
+            found = hit_documents(geometry.documents, point.x(), point.y())
+            if found is not None:
+                return Hit(self.message_id, *found)
         for top, segment in self.segments_between(point.y(), point.y() + 1):
             inner = point - QPointF(ROW_PAD, top)
             for number, code in enumerate(segment.code_blocks):

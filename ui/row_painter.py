@@ -25,6 +25,7 @@ from ui.message_row import (
     copy_button,
     translated,
 )
+from ui.row_documents import paint_documents
 from ui.theme import Theme
 
 
@@ -133,6 +134,22 @@ class RowPainter:
                 if segment.width != content:
                     painter.restore()
 
+        if geometry.documents is not None:
+            hover = self._hover
+            over = (
+                (hover.kind, hover.key) if hover is not None and hover.message_id == row.message_id else None
+            )
+            entry = row.entry
+            paint_documents(
+                painter,
+                geometry.documents,
+                entry.files,
+                entry.sources,
+                row.sources_expanded,
+                self._fonts.small,
+                theme,
+                over,
+            )
         painter.setFont(self._fonts.small)
         flags = int(Qt.TextFlag.TextWordWrap)
         if geometry.badge is not None:

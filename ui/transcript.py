@@ -74,9 +74,13 @@ THINKING_DISPLAYS = ("collapsed", "expanded", "hidden")
 
 
 class Transcript(RowView):
-    """Emits `actionTriggered(action, message_id)` for everything but copying, which it does itself."""
+    """Emits `actionTriggered(action, message_id)` for everything but copying, which it does itself;
+    `fileClicked(message_id, index)` for a prompt's attached file, `sourceClicked(message_id, index)`
+    for a reply's source passage (indexes into the entry's `files` and `sources`)."""
 
     actionTriggered = Signal(str, int)
+    fileClicked = Signal(int, int)
+    sourceClicked = Signal(int, int)
     copied = Signal(str)
 
     def __init__(
@@ -212,6 +216,7 @@ class Transcript(RowView):
             index = self._index[entry.message_id]
             self._rows[index] = self._new_row(entry)
             self._rows[index].height = row.height
+            self._rows[index].sources_expanded = row.sources_expanded
             if row.has_thinking:
                 self._rows[index].expanded = row.expanded
         else:
@@ -317,6 +322,20 @@ class Transcript(RowView):
             self._ensure_visible(index, geometry.thinking)
         self.viewport().update()
 
+    def toggle_sources(self, message_id: int) -> None:
+        """Expand or collapse a reply's Sources block, keeping its label in view."""
+        index = self._index.get(message_id)
+        if index is None or not self._rows[index].entry.sources:
+            return
+        row = self._rows[index]
+        row.set_sources_expanded(not row.sources_expanded)
+        self._measure(index, at_end=True)
+        self._update_scroll_range()
+        geometry = row.geometry
+        if geometry is not None and geometry.documents is not None and geometry.documents.toggle is not None:
+            self._ensure_visible(index, geometry.documents.toggle)
+        self.viewport().update()
+
     def expand_thinking(self, message_id: int) -> None:
         """Open a reply's Thinking section (a search found words in it), unless thinking is hidden."""
         row = self.row(message_id)
@@ -407,6 +426,25 @@ class Transcript(RowView):
             raise KeyError(f"message {message_id} has no {action!r} action")
         self._ensure_visible(index, rect)
         return rect.translated(self._row_origin(index)).toAlignedRect()
+
+    def documents_rect(self, message_id: int, kind: str, index: int = 0) -> QRect:
+        """A file chip ("file"), the Sources line ("sources") or a source ("source"), in viewport
+        coordinates, after scrolling it into view."""
+        row_index = self._index[message_id]
+        self._measure_all(row_index)
+        geometry = self._rows[row_index].geometry
+        assert geometry is not None
+        documents = geometry.documents
+        if documents is None:
+            raise KeyError(f"message {message_id} shows no documents")
+        if kind == "sources":
+            if documents.toggle is None:
+                raise KeyError(f"message {message_id} has no sources")
+            rect = documents.toggle
+        else:
+            rect = (documents.chips if kind == "file" else documents.sources)[index]
+        self._ensure_visible(row_index, rect)
+        return rect.translated(self._row_origin(row_index)).toAlignedRect()
 
     def code_copy_rect(self, message_id: int, number: int = 0) -> QRect:
         """The Copy button of the message's `number`-th code block, in viewport coordinates."""
@@ -520,6 +558,12 @@ class Transcript(RowView):
             self.toggle_thinking(hit.message_id)
         elif hit.kind == "code":
             self._copy_code(hit)
+        elif hit.kind == "sources":
+            self.toggle_sources(hit.message_id)
+        elif hit.kind == "file":
+            self.fileClicked.emit(hit.message_id, int(hit.key))
+        elif hit.kind == "source":
+            self.sourceClicked.emit(hit.message_id, int(hit.key))
         elif self.action_enabled(hit.message_id, hit.key):
             self.trigger(hit.key, hit.message_id)
 

@@ -12,8 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from app.chat.documents import TurnDocuments
 from app.chat.live_reply import LiveReply
 from app.conversations.store import Conversation, ConversationStore, Message
+from app.documents.library import Attachment
 from app.events import Event
 from app.settings import SettingsStore
 from inference.protocol import GenerationStats
@@ -34,7 +36,14 @@ class Chat(Protocol):
     @property
     def busy(self) -> bool: ...
 
-    def send(self, conversation_id: int | None, prompt: str, model_name: str) -> object: ...
+    def send(
+        self,
+        conversation_id: int | None,
+        prompt: str,
+        model_name: str,
+        *,
+        documents: TurnDocuments | None = None,
+    ) -> object: ...
 
     def regenerate(self, message_id: int, model_name: str) -> object: ...
 
@@ -49,6 +58,8 @@ class Request:
     conversation_id: int | None
     text: str = ""
     target: int | None = None
+    # The files sent with a new message (stored already), handed back with the prompt if it never starts.
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass
@@ -343,8 +354,11 @@ class ChatSession:
     def can_send(self, prompt: str) -> bool:
         return bool(prompt.strip()) and not self._chat.busy and self.pending is None
 
-    def send(self, prompt: str) -> None:
-        """The composer's text, as a new message or (while editing) a new version of one."""
+    def send(self, prompt: str, attachments: tuple[Attachment, ...] = ()) -> None:
+        """The composer's text, as a new message or (while editing) a new version of one.
+
+        `attachments` go with a new message only: an edited prompt keeps the files of the one it replaces
+        out (the engine's edit takes none), so the window holds them back while editing."""
         assert self.model is not None and self.can_send(prompt) and not self._creating
         if self.editing is not None:
             target = self.editing
@@ -352,8 +366,9 @@ class ChatSession:
             self.pending = Request("edit", self.current_id, prompt, target)
             self._chat.edit(target, prompt, self.model)
         else:
-            self.pending = Request("send", self.current_id, prompt)
-            self._chat.send(self.current_id, prompt, self.model)
+            self.pending = Request("send", self.current_id, prompt, attachments=attachments)
+            documents = TurnDocuments(attachments) if attachments else None
+            self._chat.send(self.current_id, prompt, self.model, documents=documents)
 
     def regenerate(self, message_id: int) -> None:
         if self.model is None or self._chat.busy or self.pending is not None:

@@ -10,6 +10,7 @@ from concurrent.futures import Future
 
 from PySide6.QtCore import QObject, Signal
 
+from app.chat.documents import TurnDocuments
 from app.chat.engine import ChatEngine, ContextUsage, ModelState, ModelStatus, TurnCallbacks, TurnResult
 from app.errors import ContextOverflow, HearthError, ReplyNotSaved
 from app.qt.background import Background, describe
@@ -107,8 +108,11 @@ class ChatService(QObject):
         prompt: str,
         model_name: str,
         sampling: SamplingParams | None = None,
+        *,
+        documents: TurnDocuments | None = None,
     ) -> Future[None] | None:
-        """Non-blocking. Ignored while a reply is streaming (the GUI disables Send meanwhile)."""
+        """Non-blocking. Ignored while a reply is streaming (the GUI disables Send meanwhile).
+        `documents`: the files attached to this prompt (already stored by the document library)."""
         return self._start_turn(
             lambda: self._engine.run_turn(
                 prompt,
@@ -116,6 +120,7 @@ class ChatService(QObject):
                 conversation_id=conversation_id,
                 sampling=sampling,
                 callbacks=self._callbacks,
+                documents=documents,
             )
         )
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from app.chat.engine import ChatEngine
 from app.conversations.store import ConversationStore
 from app.core import Core
+from app.documents.library import DocumentLibrary
 from app.library.installed import ModelLibrary
 from app.paths import HearthPaths
 from app.qt.background import Background
@@ -42,6 +43,11 @@ class AppServices:
     servers_service: ServersService
     # The loaded model over an OpenAI-compatible API on 127.0.0.1, when the user turns it on.
     local_server: LocalServerService
+    # Attachments (and collections): the chat engine reads what a turn was given from it.
+    documents: DocumentLibrary
+    # Reading attached files (extraction can take seconds for a long PDF): never on the GUI thread, and
+    # never behind database or network work.
+    documents_worker: Background
 
     @classmethod
     def start(cls, paths: HearthPaths) -> AppServices:
@@ -49,6 +55,7 @@ class AppServices:
         core = Core.open(paths, allow_damaged=True)
         hardware = probe_hardware()
         servers = ServerRegistry(paths.home)
+        documents = core.documents()
         engine = ChatEngine(
             core.store,
             core.library,
@@ -57,6 +64,7 @@ class AppServices:
             cpu_kernels_file=paths.cpu_kernels_file,
             hardware=hardware,
             servers=servers,
+            documents=documents,
         )
         monitor = GpuMonitor()
         monitor.start()
@@ -85,6 +93,8 @@ class AppServices:
             network=Background("network"),
             servers_service=ServersService(servers),
             local_server=local_server,
+            documents=documents,
+            documents_worker=Background("documents"),
         )
 
     @property
@@ -114,6 +124,9 @@ class AppServices:
         # Pauses running downloads (they resume at the next start); its workers use the database.
         self.library_service.shutdown()
         self.chat.shutdown()
+        # Files still being read are dropped: nothing holds them yet.
+        self.documents_worker.shutdown(cancel_pending=True)
+        self.documents.close()
         self.network.shutdown()
         self.servers_service.shutdown()
         self.background.shutdown()

@@ -2,6 +2,57 @@
 <!DOCTYPE TS>
 <TS version="2.1" language="zh_CN">
 <context>
+    <name>Attachments</name>
+    <message>
+        <source>Text</source>
+        <translation>文本</translation>
+    </message>
+    <message>
+        <source>Code</source>
+        <translation>代码</translation>
+    </message>
+    <message>
+        <source>1 page</source>
+        <translation>1 页</translation>
+    </message>
+    <message>
+        <source>{count} pages</source>
+        <translation>{count} 页</translation>
+    </message>
+    <message>
+        <source>Remove this file from the message</source>
+        <translation>从消息中移除此文件</translation>
+    </message>
+    <message>
+        <source>Attach files…</source>
+        <translation>附加文件…</translation>
+    </message>
+    <message>
+        <source>Attach documents to the next message (you can also drop or paste files)</source>
+        <translation>为下一条消息附加文档（也可以拖放或粘贴文件）</translation>
+    </message>
+    <message>
+        <source>Attach files</source>
+        <translation>附加文件</translation>
+    </message>
+    <message>
+        <source>Reading files…</source>
+        <translation>正在读取文件…</translation>
+    </message>
+    <message>
+        <source>Source passage</source>
+        <translation>来源段落</translation>
+    </message>
+    <message>
+        <source>Open file</source>
+        <translation>打开文件</translation>
+    </message>
+    <message>
+        <source>This file is in a collection, not stored with the chat</source>
+        <translation>此文件属于文档集合，未随对话保存</translation>
+    </message>
+</context>
+<context>
     <name>ChatArea</name>
     <message>
         <source>Editing your message. Sending makes a new version; the original stays one click away.</source>
@@ -36,6 +87,10 @@
         <translation>停止</translation>
     </message>
     <message>
+        <source>Waiting for the attached files to be read</source>
+        <translation>正在等待附加的文件读取完成</translation>
+    </message>
+    <message>
         <source>Restored from {name}. Start Hearth again to continue writing.</source>
         <translation>已从 {name} 恢复。请重新启动 Hearth 以继续写入。</translation>
     </message>
@@ -54,6 +109,14 @@
     <message>
         <source>Delete</source>
         <translation>删除</translation>
+    </message>
+    <message>
+        <source>{name} is no longer stored; attach it again to open it.</source>
+        <translation>{name} 已不再保存；请重新附加后再打开。</translation>
+    </message>
+    <message>
+        <source>No application could open {name}.</source>
+        <translation>没有应用程序能打开 {name}。</translation>
     </message>
 </context>
 <context>
@@ -1585,6 +1648,10 @@
     <message>
         <source>Show thinking</source>
         <translation>显示思考过程</translation>
+    </message>
+    <message>
+        <source>Sources ({count})</source>
+        <translation>来源（{count}）</translation>
     </message>
 </context>
 <context>

@@ -9,8 +9,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from app.chat.documents import TurnDocuments
 from app.chat.session import BranchLoaded, ChatSession, ReplyBegan, ReplyFailed, ReplyFinished, Request
 from app.conversations.store import Conversation, ConversationStore, Message
+from app.documents.library import Attachment
 from app.settings import Settings, SettingsStore
 from inference.protocol import GenerationStats, StopReason
 
@@ -39,8 +41,16 @@ class FakeChat:
     busy: bool = False
     asked: list[tuple[Any, ...]] = field(default_factory=list)
 
-    def send(self, conversation_id: int | None, prompt: str, model_name: str) -> None:
-        self.asked.append(("send", conversation_id, prompt, model_name))
+    def send(
+        self,
+        conversation_id: int | None,
+        prompt: str,
+        model_name: str,
+        *,
+        documents: TurnDocuments | None = None,
+    ) -> None:
+        sent: tuple[Any, ...] = ("send", conversation_id, prompt, model_name)
+        self.asked.append(sent if documents is None else (*sent, documents))
 
     def regenerate(self, message_id: int, model_name: str) -> None:
         self.asked.append(("regenerate", message_id, model_name))
@@ -344,3 +354,15 @@ def test_the_open_branch_is_loaded_with_the_message_to_focus(
     assert loaded == BranchLoaded(conversation.id, loaded.messages, prompt.id, None)
     assert [m.id for m in loaded.messages] == [prompt.id, reply.id]
     assert all(isinstance(m, Message) for m in loaded.messages)
+
+
+def test_attachments_go_with_a_new_message_and_come_back_if_it_never_starts(
+    session: ChatSession, chat: FakeChat, heard: Heard
+) -> None:
+    notes = Attachment("notes.txt", "ab" * 32, "text/plain", 12, "text", None, 12)
+    session.send("Summarise this", (notes,))
+    assert chat.asked == [("send", None, "Summarise this", "starter", TurnDocuments((notes,)))]
+
+    session.reply_error(-1, "context_overflow", "Too long")
+    (failed,) = heard.of("reply_failed")
+    assert failed.request == Request("send", None, "Summarise this", attachments=(notes,))
