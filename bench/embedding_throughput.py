@@ -4,10 +4,11 @@
 
 Runner path: inference.embedding.EmbeddingRunner (a runner process, the pipe, the batching of
 inference.embedder). Baseline: `Llama(embedding=True).embed(texts)` on the same GGUF with the same context,
-batch and threads, in a worker process of its own. Each side loads its model once; then, round after
-round, both embed the same passages of about 100 words (half English, half Chinese, "passage: " first,
-as e5 wants), alternating which goes first, so a machine whose load changes weighs on both alike. Prints
-tokens/s for each round, the medians, and the median of the rounds' ratios.
+batch and threads, in a worker process of its own. Each side loads its model once; then, in each round,
+both embed the same passages of about 100 words (half English, half Chinese, "passage: " first, as e5
+wants), taking turns every SLICE passages, so a machine whose load changes weighs on both alike. Prints
+each round's tokens/s (and tokens per CPU second of the process that embeds) for both sides, and the
+median of the rounds' ratios.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from app.paths import bundled_embedding_model
 from inference.embedder import MAX_CONTEXT
@@ -42,6 +46,11 @@ CHINESE = (
     "如今，这个山谷以果园、小集镇和宁静的步道而闻名。",
     "秋天，游客们来这里观赏红叶，品尝当地的苹果酒。",
 )
+
+
+# Passages per turn: the two sides take turns every few seconds, so a change in the machine's load
+# (other programs) lands on both.
+SLICE = 20
 
 
 def passages(count: int) -> list[str]:
@@ -73,16 +82,40 @@ def _load_bare(model: str, threads: int, n_ctx: int) -> None:
     _bare.embed(["passage: warm-up"])
 
 
-def bare_loop(texts: list[str]) -> tuple[int, float]:
-    started = time.perf_counter()
+def bare_loop(texts: list[str]) -> tuple[int, float, float]:
+    """Tokens, wall seconds and CPU seconds (the worker process's, all its threads)."""
+    started, cpu = time.perf_counter(), time.process_time()
     _, n_tokens = _bare.embed(texts, normalize=True, return_count=True)
-    return n_tokens, time.perf_counter() - started
+    return n_tokens, time.perf_counter() - started, time.process_time() - cpu
 
 
-def runner_path(runner: EmbeddingRunner, texts: list[str]) -> tuple[int, float]:
-    started = time.perf_counter()
+def runner_path(runner: EmbeddingRunner, texts: list[str]) -> tuple[int, float, float]:
+    """Tokens, wall seconds and the runner process's CPU seconds."""
+    assert runner.pid is not None
+    process = psutil.Process(runner.pid)
+    before, started = sum(process.cpu_times()[:2]), time.perf_counter()
     result = runner.embed_detailed(texts)
-    return result.n_tokens, time.perf_counter() - started
+    return result.n_tokens, time.perf_counter() - started, sum(process.cpu_times()[:2]) - before
+
+
+@dataclass
+class Tally:
+    tokens: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+    def add(self, measured: tuple[int, float, float]) -> None:
+        self.tokens += measured[0]
+        self.seconds += measured[1]
+        self.cpu_seconds += measured[2]
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds
+
+    @property
+    def cpu_rate(self) -> float:
+        return self.tokens / self.cpu_seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,10 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         print("no embedding model: run scripts/bootstrap.sh, or pass --model", file=sys.stderr)
         return 1
     texts = passages(args.passages)
+    slices = [texts[start : start + SLICE] for start in range(0, len(texts), SLICE)]
     # The runner's own rule (inference.embedder): the model's context, at most MAX_CONTEXT.
     n_ctx = min(read_header(model).context_length or 512, MAX_CONTEXT)
-    runner_rates: list[float] = []
-    bare_rates: list[float] = []
+    ratios: list[float] = []
+    cpu_ratios: list[float] = []
     pool = ProcessPoolExecutor(
         max_workers=1, mp_context=get_context("spawn"), initializer=_load_bare,
         initargs=(str(model), args.threads, n_ctx),
@@ -111,22 +145,25 @@ def main(argv: list[str] | None = None) -> int:
         embedder.embed(["passage: warm-up"])
         pool.submit(time.sleep, 0).result()  # the worker has loaded its model
         for round_ in range(args.rounds):
-            order = ("runner", "bare") if round_ % 2 == 0 else ("bare", "runner")
-            for side in order:
-                if side == "runner":
-                    n_tokens, elapsed = runner_path(embedder, texts)
-                    runner_rates.append(n_tokens / elapsed)
+            runner, bare = Tally(), Tally()
+            for index, part in enumerate(slices):
+                if (round_ + index) % 2 == 0:
+                    runner.add(runner_path(embedder, part))
+                    bare.add(pool.submit(bare_loop, part).result())
                 else:
-                    n_tokens, elapsed = pool.submit(bare_loop, texts).result()
-                    bare_rates.append(n_tokens / elapsed)
-                print(f"round {round_ + 1} {side:6}: {n_tokens} tokens in {elapsed:.2f} s, "
-                      f"{n_tokens / elapsed:.0f} tokens/s", flush=True)  # fmt: skip
-    runner, bare = statistics.median(runner_rates), statistics.median(bare_rates)
-    # Each round's two sides ran back to back: their ratio cancels the machine's slower drifts in load.
-    ratio = statistics.median(r / b for r, b in zip(runner_rates, bare_rates, strict=True))
+                    bare.add(pool.submit(bare_loop, part).result())
+                    runner.add(runner_path(embedder, part))
+            ratios.append(runner.rate / bare.rate)
+            cpu_ratios.append(runner.cpu_rate / bare.cpu_rate)
+            print(
+                f"round {round_ + 1}: {runner.tokens} tokens each; runner {runner.rate:.0f} tokens/s "
+                f"({runner.cpu_rate:.0f} per CPU second), bare loop {bare.rate:.0f} tokens/s "
+                f"({bare.cpu_rate:.0f} per CPU second); ratio {ratios[-1]:.3f} (CPU {cpu_ratios[-1]:.3f})",
+                flush=True,
+            )
     print(
-        f"median: runner {runner:.0f} tokens/s, bare loop {bare:.0f} tokens/s; "
-        f"median of the rounds' ratios {ratio:.3f}"
+        f"median ratio runner / bare loop: {statistics.median(ratios):.3f} in tokens/s, "
+        f"{statistics.median(cpu_ratios):.3f} in tokens per CPU second"
     )
     return 0
 
