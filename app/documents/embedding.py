@@ -3,7 +3,6 @@ prefixes its family was trained with."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.errors import HearthError
+from app.library.installed import sha256_file
 from inference.client import RunnerError
 from inference.embedding import EmbeddingRunner
 
@@ -44,11 +44,7 @@ class RunnerEmbedder:
     def model_id(self) -> str:
         """The model file's SHA-256: vectors from different models are never compared."""
         if self._model_id is None:
-            digest = hashlib.sha256()
-            with self._path.open("rb") as reader:
-                while block := reader.read(1 << 20):
-                    digest.update(block)
-            self._model_id = digest.hexdigest()
+            self._model_id = sha256_file(self._path)
         return self._model_id
 
     def embed_passages(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:

@@ -9,7 +9,6 @@ something has to be searched, so a chat whose attachments fit whole never loads 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -31,6 +30,7 @@ from app.documents.extract import extract, extract_bytes
 from app.documents.index import ChunkIndex, ChunkInput
 from app.documents.model import DocumentError, ExtractedDocument, Section
 from app.errors import HearthError
+from app.library.installed import sha256_file
 from app.storage.db import Database
 from app.storage.orm import DocumentTextRow, FilesRow
 
@@ -233,7 +233,7 @@ class DocumentLibrary:
 
     def _index_file(self, name: str, found: FoundFile, embedder: Embedder) -> None:
         path = Path(found.path)
-        digest = _sha256_of(path)
+        digest = sha256_file(path)
         if not self.index.has_chunks(digest, embedder.model_id):
             self._index_content(digest, extract(path), embedder)
         self.collections.mark_indexed(name, path, digest, found.size_bytes, found.mtime_ns)
@@ -278,14 +278,6 @@ class DocumentLibrary:
 def release_unreferenced(db: Database, files: FileStore) -> None:
     """Delete the stored files, extracted texts and passages that no message and no collection holds."""
     CollectionStore(db, ChunkIndex(db), files=files).release_unreferenced()
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as reader:
-        while block := reader.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _text_row(sha256: str, document: ExtractedDocument) -> DocumentTextRow:
