@@ -9,8 +9,9 @@ are the same), then, round after round, times three things on the same files:
 - end to end: DocumentLibrary.refresh of a new collection holding them, on a fresh database (extract,
   chunk, embed with the bundled model in its runner, store passages, vectors and full-text terms);
 - extraction alone: app.documents.extract on each file (the parser's own speed);
-- the embedding model alone: RunnerEmbedder.embed_passages on the same chunks, in the library's batches,
-  in a bare loop (the chunks are made once, before the rounds).
+- the embedding model alone: RunnerEmbedder.embed_passages on the same chunks in a bare loop, in batches
+  of the library's size (EMBED_BATCH) over all of them, where the library batches within each file (the
+  chunks are made once, before the rounds).
 
 The model is loaded once, before the first round, and the three share it, alternating which goes first so
 a change in the machine's load weighs on all of them. Each is a rate over the same input bytes; a round's
