@@ -19,8 +19,8 @@ three ways of the same ChunkIndex.search:
 Reported per question set: recall@1, @3 and @5 (the share of questions whose passage is among the first
 k) and MRR (the mean of 1 / the passage's rank, 0 when it is not ranked). So that a change to the fusion
 can be judged on the same run, the two single lists are fused again here with the full-text list's votes
-weighted down and with a smaller RRF k (weight 1 at k 60 is the product's fusion, which this checks it
-reproduces).
+weighted differently and with other RRF constants (the first variant is the product's own fusion, which this
+checks it reproduces; weight 1 at k 60 is the textbook RRF it replaced).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from sqlalchemy import text
 
 from app.attachments.files import FileStore
 from app.documents.embedding import RunnerEmbedder
-from app.documents.index import CANDIDATES, RRF_K, ChunkIndex
+from app.documents.index import CANDIDATES, FTS_WEIGHT, RRF_K, ChunkIndex
 from app.documents.library import DocumentLibrary, Embedder
 from app.paths import bundled_embedding_model
 from app.storage.db import Database
@@ -57,7 +57,7 @@ SET_LABELS: Final = {
 }
 CUTOFFS: Final = (1, 3, 5)
 # Re-fused variants: (the full-text list's weight, RRF k). The first is the product's fusion.
-FUSIONS: Final = ((1.0, RRF_K), (0.5, RRF_K), (0.25, RRF_K), (0.5, 10), (0.25, 10))
+FUSIONS: Final = ((FTS_WEIGHT, RRF_K), (1.0, 60), (0.5, 60), (0.25, 60), (0.25, 10))
 
 
 @dataclass(frozen=True)
@@ -269,7 +269,7 @@ def render_table(data: Mapping[str, Any]) -> str:
             *variants,
             "",
             "The same two lists re-fused with each full-text vote weighted by w and RRF constant k; "
-            f"w 1.0, k {data['rrf_k']} {'reproduces' if reproduced else 'does NOT reproduce'} the index's "
+            f"{_variant(*FUSIONS[0])} {'reproduces' if reproduced else 'does NOT reproduce'} the index's "
             f"ranking. Best MRR over all questions: {best}.",
         ]
     )

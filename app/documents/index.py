@@ -10,10 +10,12 @@ takes the best CANDIDATES of each and fuses the two lists by Reciprocal Rank Fus
 Büttcher, SIGIR 2009): score = sum over the lists of 1 / (RRF_K + rank). Ranks, not scores, because the
 two scores share no scale: bm25 is unbounded and depends on the corpus and the question's length, and a
 model's cosines sit in a band of its own (E5's crowd between 0.7 and 1), so any weighted sum would need tuning
-per model and per collection. k = 60 is the constant of that paper, robust across the TREC collections
-it was tried on, and the default of Elasticsearch, OpenSearch and Azure AI Search: large enough that a
-passage ranked well by both lists beats one ranked first by only one, small enough that the top of each
-list still counts for more than its tail.
+per model and per collection. The paper's k = 60 (Elasticsearch's default too) lost to vectors alone on
+paraphrased questions in bench/recall.py (English and Chinese): with a 50-deep full-text list matching common
+words, any passage both lists rank near 10th beat the vectors' first. k = 10 keeps the top of each list worth
+more than a pair of middling ranks, and the full-text vote counts half (FTS_WEIGHT): exact names and codes
+still lift a passage, paraphrases are left to the vectors. A quarter weight scored higher still on that
+corpus, but it holds no exact-identifier questions, where full text should win; bench/recall.py prints both.
 
 Vectors are stored as float16 little-endian, L2-normalised (768 bytes at 384 dimensions). Reading 100,000
 blobs out of SQLite for every question would take over a second, so each (model, scope) pair keeps
@@ -51,7 +53,9 @@ from app.storage.db import Database
 
 # How many passages each ranking contributes to the fusion.
 CANDIDATES = 50
-RRF_K = 60
+RRF_K = 10
+# How much a full-text rank counts against a vector rank (see the module docstring).
+FTS_WEIGHT = 0.5
 # Passages full-text search ranks per question, at most. FTS5 scores every passage matching any term and
 # counts each term's passages to weigh it, so a word found in most passages ("the", 的) would cost time
 # in proportion to the collection while adding next to nothing to bm25 (its IDF is near zero). Terms are
@@ -232,6 +236,11 @@ def _check_sha256(value: str) -> None:
         raise ValueError(f"not a lowercase hex SHA-256: {value!r}")
 
 
+def _rrf(fts_rank: int | None, vector_rank: int | None) -> float:
+    score = FTS_WEIGHT / (RRF_K + fts_rank) if fts_rank is not None else 0.0
+    return score + (1.0 / (RRF_K + vector_rank) if vector_rank is not None else 0.0)
+
+
 def _fuse(fts: Sequence[int], vectors: Sequence[int]) -> list[tuple[int, float, int | None, int | None]]:
     """(chunk id, RRF score, fts rank, vector rank), best first; ties go to the better single rank."""
     ranks: dict[int, list[int | None]] = {}
@@ -239,10 +248,7 @@ def _fuse(fts: Sequence[int], vectors: Sequence[int]) -> list[tuple[int, float, 
         ranks.setdefault(chunk_id, [None, None])[0] = position
     for position, chunk_id in enumerate(vectors, start=1):
         ranks.setdefault(chunk_id, [None, None])[1] = position
-    fused = [
-        (chunk_id, sum(1.0 / (RRF_K + r) for r in pair if r is not None), pair[0], pair[1])
-        for chunk_id, pair in ranks.items()
-    ]
+    fused = [(chunk_id, _rrf(pair[0], pair[1]), pair[0], pair[1]) for chunk_id, pair in ranks.items()]
     fused.sort(key=lambda item: (-item[1], min(r for r in item[2:] if r is not None), item[0]))
     return fused
 

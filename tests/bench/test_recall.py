@@ -34,7 +34,7 @@ def test_the_corpus_is_small_and_every_question_names_a_passage_of_it() -> None:
     assert len(json.loads((CORPUS / "questions.json").read_text(encoding="utf-8"))) == len(questions)
 
 
-def test_weighted_fusion_at_weight_one_is_the_index_fusion() -> None:
+def test_weighted_fusion_ranks_by_weighted_reciprocal_rank() -> None:
     # 7 is ranked by both lists and beats 1 and 9, each first in only one; 1 beats 9 on the lower id.
     assert weighted_fusion([1, 7], [9, 7], 1.0) == [7, 1, 9]
     # Weighted down, a full-text-only first place drops behind the vectors' first place.
