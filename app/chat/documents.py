@@ -3,7 +3,7 @@ messages (the prompt's attachments, the reply's sources), for a local model and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -122,7 +122,3 @@ def as_the_model_read_it(message: Message, library: DocumentLibrary | None) -> s
 def budget(n_ctx: int, prompt_tokens: int, reserve_tokens: int) -> int:
     """What the documents may take: the context after the prompt as it stands and the reply's reserve."""
     return n_ctx - prompt_tokens - reserve_tokens
-
-
-def attachments_of(messages: Sequence[Message]) -> tuple[str, ...]:
-    return tuple(p.file_sha256 for m in messages for p in m.attachments if p.file_sha256)

@@ -66,7 +66,8 @@ def _run(documents: DocumentLibrary, args: argparse.Namespace, out: TextIO, err:
         summaries = collections.list()
         if args.json:
             print_json({"collections": [_summary_record(s) for s in summaries]}, out)
-        for s in summaries if not args.json else ():
+            return EXIT_OK
+        for s in summaries:
             out.write(
                 f"{s.name}\t{s.files.indexed} of {s.files.total} files indexed\t{s.chunks} passages\t"
                 f"{', '.join(s.roots)}\n"

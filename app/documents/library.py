@@ -180,10 +180,14 @@ class DocumentLibrary:
             embedding_model=embedder.model_id,
             limit=limit,
         )
+        # Only the hits' files: a collection may hold thousands, and this runs for every question.
         with self._db.read_session() as session:
             rows = session.execute(
-                text("SELECT content_sha256, path FROM collection_files WHERE collection_id = :id"),
-                {"id": collection.id},
+                text(
+                    "SELECT content_sha256, path FROM collection_files WHERE collection_id = :id "
+                    "AND content_sha256 IN (SELECT value FROM json_each(:shas))"
+                ),
+                {"id": collection.id, "shas": json.dumps(sorted({h.content_sha256 for h in hits}))},
             ).all()
         paths = {str(sha): str(path) for sha, path in rows}
         return [
