@@ -154,6 +154,8 @@ def _llama_build() -> Any:
     spec = importlib.util.spec_from_file_location("llama_build", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Its dataclasses look their module up in sys.modules while they are built.
+    sys.modules.setdefault("llama_build", module)
     spec.loader.exec_module(module)
     return module
 
