@@ -115,14 +115,14 @@ def _locate(path: str, was_file: bool) -> _Place | str:
     except FileNotFoundError as exc:
         if not was_file:
             return exc.strerror or "not found"
-        folder, file = os.path.dirname(resolved), resolved
+        folder, file = str(Path(resolved).parent), resolved
     except OSError as exc:
         return exc.strerror or str(exc)
     else:
         if stat.S_ISDIR(mode):
             folder, file = resolved, None
         elif stat.S_ISREG(mode):
-            folder, file = os.path.dirname(resolved), resolved
+            folder, file = str(Path(resolved).parent), resolved
         else:
             return "neither a file nor a folder"
     try:
@@ -165,7 +165,7 @@ class _Handler(FileSystemEventHandler):
             return False
         if path == self._place.folder:
             return True
-        parts = os.path.relpath(path, self._place.folder).split(os.sep)
+        parts = PurePath(path).relative_to(self._place.folder).parts
         if any(part.startswith(".") or leftover_name(part) for part in parts):
             return False
         return is_directory or known_by_name(parts[-1]) or not PurePath(parts[-1]).suffix
@@ -322,10 +322,14 @@ class CollectionWatcher:
                 )
                 for name in due:
                     del self._bursts[name]
-            if sync:
-                self._sync()
-            if recheck:
-                self._recheck()
+            try:
+                if sync:
+                    self._sync()
+                if recheck:
+                    self._recheck()
+            except Exception:
+                # Whatever watchdog raises for one root must not end the watching of all the others.
+                log.exception("Watching the collections' folders failed")
             if sync or recheck:
                 with self._cond:
                     self._states = {path: root.state for path, root in self._roots.items()}
@@ -362,6 +366,9 @@ class CollectionWatcher:
                 self._place(root, first=True)
             else:
                 root.collections = frozenset(collections)
+        with self._cond:
+            for name in [name for name in self._bursts if name not in wanted]:
+                del self._bursts[name]
 
     def _recheck(self) -> None:
         self._collect_trouble()
@@ -369,8 +376,12 @@ class CollectionWatcher:
         for root in self._roots.values():
             place = root.place
             if place is not None and not root.polled and any(_covers(place.folder, p) for p in refused):
-                self._to_polling(root, place)
+                # Changes in the folders the kernel refused went unseen until now.
                 self._touch_now(root.collections)
+                try:
+                    self._to_polling(root, place)
+                except OSError as exc:
+                    self._unavailable(root, exc.strerror or str(exc), first=False)
             else:
                 self._place(root, first=False)
 
@@ -415,7 +426,12 @@ class CollectionWatcher:
 
     def _unavailable(self, root: _Root, why: str, *, first: bool) -> None:
         if root.problem != why:
-            log.warning("Not watching %s for changes: %s; watching it again once it is back", root.path, why)
+            log.warning(
+                "Not watching %s for changes (%s); looking again every %g s",
+                root.path,
+                why,
+                self._recheck_every,
+            )
             root.problem = why
         if root.state is not WatchState.UNAVAILABLE:
             self._detach(root)
@@ -479,7 +495,8 @@ class CollectionWatcher:
         handler: _Handler,
         state: WatchState,
     ) -> None:
-        root.place, root.observer, root.watch, root.handler, root.state = place, observer, watch, handler, state
+        root.place, root.state = place, state
+        root.observer, root.watch, root.handler = observer, watch, handler
 
     def _detach(self, root: _Root) -> None:
         observer, watch, handler = root.observer, root.watch, root.handler
@@ -499,8 +516,8 @@ class CollectionWatcher:
             except OSError as exc:
                 self._native_failed = True
                 log.warning(
-                    "Watching collections by re-reading them every %g s: the system cannot watch more folders "
-                    "(%s; on Linux, raise fs.inotify.max_user_instances)",
+                    "Watching collections by re-reading them every %g s: the system cannot watch more "
+                    "folders (%s; on Linux, raise fs.inotify.max_user_instances)",
                     self._poll_every,
                     exc.strerror or exc,
                 )

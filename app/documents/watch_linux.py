@@ -15,7 +15,14 @@ import threading
 
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.inotify import InotifyEmitter
-from watchdog.observers.inotify_c import CallbackId, InotifyEvent, InotifyFD, Mask, WatchCallback, WatchDescriptor
+from watchdog.observers.inotify_c import (
+    CallbackId,
+    InotifyEvent,
+    InotifyFD,
+    Mask,
+    WatchCallback,
+    WatchDescriptor,
+)
 
 
 class _RecordingInotifyFD(InotifyFD):
@@ -25,7 +32,9 @@ class _RecordingInotifyFD(InotifyFD):
         self._refused: list[str] = []
         self._overflowed = False
 
-    def add_callback(self, path: bytes, mask: Mask, callback: WatchCallback, id_: CallbackId) -> WatchDescriptor:
+    def add_callback(
+        self, path: bytes, mask: Mask, callback: WatchCallback, id_: CallbackId
+    ) -> WatchDescriptor:
         try:
             return super().add_callback(path, mask, callback, id_)
         except OSError as exc:

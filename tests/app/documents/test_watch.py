@@ -54,6 +54,10 @@ class Told:
             self._names.append(name)
             self._cond.notify_all()
 
+    def count(self, name: str) -> int:
+        with self._cond:
+            return self._names.count(name)
+
     def wait_for(self, name: str, times: int = 1) -> None:
         with self._cond:
             if not self._cond.wait_for(lambda: self._names.count(name) >= times, WAIT):
@@ -96,9 +100,7 @@ WatcherFactory = Callable[..., tuple[CollectionWatcher, Told]]
 
 
 @pytest.fixture
-def watching(
-    collections: CollectionStore, marker: Path, hermetic_home: Path
-) -> Iterator[WatcherFactory]:
+def watching(collections: CollectionStore, marker: Path, hermetic_home: Path) -> Iterator[WatcherFactory]:
     """Start a watcher on every collection (the marker one included) and wait until each root is placed."""
     started: list[CollectionWatcher] = []
 
@@ -149,14 +151,13 @@ def test_kinds_are_known_by_extension_or_whole_name() -> None:
     assert not any(known_by_name(n) for n in ["photo.png", "a.zip", "old.doc", "README", "data.bin"])
 
 
+HARBOUR = Path("projects", "harbour")
 ACTIONS: dict[str, Callable[[Path, Path], object]] = {
-    "created": lambda root, outside: (root / "projects" / "harbour" / "tides.md").write_text("High at six."),
-    "modified": lambda root, outside: (root / "projects" / "harbour" / "plan.md").write_text("Leaves at ten."),
-    "deleted": lambda root, outside: (root / "projects" / "harbour" / "plan.md").unlink(),
-    "renamed": lambda root, outside: (root / "projects" / "harbour" / "plan.md").rename(
-        root / "projects" / "harbour" / "plan-v2.md"
-    ),
-    "moved out": lambda root, outside: (root / "projects" / "harbour" / "plan.md").rename(outside / "plan.md"),
+    "created": lambda root, outside: (root / HARBOUR / "tides.md").write_text("High at six."),
+    "modified": lambda root, outside: (root / HARBOUR / "plan.md").write_text("Leaves at ten."),
+    "deleted": lambda root, outside: (root / HARBOUR / "plan.md").unlink(),
+    "renamed": lambda root, outside: (root / HARBOUR / "plan.md").rename(root / HARBOUR / "plan-v2.md"),
+    "moved out": lambda root, outside: (root / HARBOUR / "plan.md").rename(outside / "plan.md"),
     "moved in": lambda root, outside: (outside / "letter.txt").rename(root / "projects" / "letter.txt"),
     "folder moved out": lambda root, outside: (root / "projects").rename(outside / "projects"),
     "folder moved in": lambda root, outside: (outside / "trip").rename(root / "trip"),
@@ -194,6 +195,33 @@ def test_a_change_in_a_nested_folder_is_told_once(
     assert sorted(told.settled(marker)) == expected
     # One thread of the watcher's, so never two calls at once.
     assert len(told.threads) == 1 and threading.get_ident() not in told.threads
+
+
+def test_a_burst_longer_than_the_quiet_time_is_told_once_after_its_last_change(
+    collections: CollectionStore, watching: WatcherFactory, notes: Path, marker: Path
+) -> None:
+    collections.create("notes", [notes])
+    _watcher, told = watching(quiet_seconds=2.0)
+    for i in range(12):  # one save a quarter of a second apart, 3 s in all
+        (notes / f"draft-{i}.md").write_text(f"Draft {i}.")
+        time.sleep(0.25)
+    told.wait_for("notes")
+    assert told.settled(marker) == ["notes"]
+
+
+def test_changes_that_never_stop_are_told_while_they_go_on(
+    collections: CollectionStore, watching: WatcherFactory, notes: Path
+) -> None:
+    collections.create("notes", [notes])
+    _watcher, told = watching(quiet_seconds=60.0, longest_wait_seconds=1.0)
+    journal = notes / "journal.txt"
+    writes = 0
+    while told.count("notes") == 0:
+        journal.write_text(f"Entry {writes}.")
+        writes += 1
+        time.sleep(0.1)
+        if writes > WAIT * 10:
+            pytest.fail("a collection changing all the time was never told")
 
 
 def test_leftovers_hidden_files_other_kinds_and_hearths_home_are_not_told(
@@ -240,10 +268,20 @@ def test_a_folder_added_through_a_link_is_watched_where_it_leads(
     link = tmp_path / "shortcut"
     link.symlink_to(notes, target_is_directory=True)
     collections.create("linked", [link])
-    _watcher, told = watching()
+    collections.create("direct", [notes])
+    watcher, told = watching()
     (notes / "projects" / "harbour" / "plan.md").write_text("Leaves at ten.")
     told.wait_for("linked")
-    assert told.settled(marker) == ["linked"]
+    told.wait_for("direct")
+    assert sorted(told.settled(marker)) == ["direct", "linked"]
+
+    # One folder under two paths: letting one path go keeps watching the other.
+    collections.remove("direct")
+    watcher.sync()
+    eventually(lambda: str(notes) not in watcher.states(), "the removed collection's folder is let go")
+    (notes / "projects" / "harbour" / "plan.md").write_text("Leaves at eleven.")
+    told.wait_for("linked", 2)
+    assert sorted(told.settled(marker)) == ["direct", "linked", "linked"]
 
 
 def test_a_file_root_is_told_its_own_changes_only(
@@ -499,7 +537,9 @@ def test_an_edit_on_disk_is_found_by_the_next_search(
     handbook.mkdir()
     ferries = handbook / "ferries.md"
     ferries.write_text("# Ferries\n\nThe ferry to the island leaves the harbour at nine every morning.\n")
-    library = DocumentLibrary(db, FileStore(tmp_path / "home" / "attachments"), lambda: RunnerEmbedder(embedding_model))
+    library = DocumentLibrary(
+        db, FileStore(tmp_path / "home" / "attachments"), lambda: RunnerEmbedder(embedding_model)
+    )
     refreshed = threading.Event()
     reports: list[RefreshReport] = []
 
@@ -512,7 +552,9 @@ def test_an_edit_on_disk_is_found_by_the_next_search(
         assert library.refresh("handbook").indexed == 1
         question = "What is the lighthouse keeper's cat called?"
         assert not any("Biscuit" in p.text for p in library.search_collection("handbook", question))
-        with CollectionWatcher(library.collections, refresh, ignore=[tmp_path / "home"], quiet_seconds=0.5) as w:
+        with CollectionWatcher(
+            library.collections, refresh, ignore=[tmp_path / "home"], quiet_seconds=0.5
+        ) as w:
             eventually(lambda: str(handbook) in w.states(), "the watcher reads the collections")
             with ferries.open("a", encoding="utf-8") as fh:
                 fh.write("\n## The lighthouse\n\nThe lighthouse keeper's cat is called Biscuit.\n")
