@@ -295,6 +295,14 @@ class CollectionStore:
                 for row in rows
             ]
 
+    def roots(self) -> dict[str, tuple[str, ...]]:
+        """Every collection's files and folders by its name: what a folder watcher follows, without the
+        counting `list` does."""
+        with self._db.read_session() as session:
+            rows = session.execute(select(CollectionRow.id, CollectionRow.name)).all()
+            roots = self._roots(session, [row.id for row in rows])
+            return {row.name: roots.get(row.id, ()) for row in rows}
+
     def files(self, name: str) -> builtins.list[CollectionFile]:
         """The collection's files as last scanned or indexed, by path."""
         with self._db.read_session() as session:

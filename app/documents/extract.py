@@ -211,6 +211,20 @@ def _kind(fh: BinaryIO, name: str) -> DocumentKind:
     return _sniff(fh, name, head)
 
 
+def known_by_name(name: str) -> bool:
+    """Whether a file's name alone says it is of a kind Hearth reads: its extension, or its whole name for
+    Makefile and the like. A name without an extension says nothing (such files are read by content), and
+    the old Office formats are refused, so neither is known."""
+    pure = PurePath(name)
+    suffix = pure.suffix.lower()
+    return (
+        suffix in _BY_SUFFIX
+        or suffix in _CODE_SUFFIXES
+        or suffix in _TEXT_SUFFIXES
+        or pure.name.lower() in _CODE_NAMES
+    )
+
+
 def _ole_error(fh: BinaryIO, name: str, suffix: str) -> DocumentError:
     if _OLE_ENCRYPTED_MARK in fh.read(_OLE_SCAN_BYTES):
         return DocumentError(f"{name} is password-protected; remove the password and attach it again.")
