@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
+from pytestqt.qtbot import QtBot
 
 import app.storage.backup as backup_module
 from app.attachments import files as attached_files
@@ -31,6 +32,7 @@ from app.paths import HearthPaths
 from app.storage.backup import create_backup, database_of, list_backups, restore_backup
 from app.storage.db import Database, backup_name, copy_verified, known_revisions
 from tests.helpers.document_files import pdf_bytes, write
+from tests.helpers.ui_fixtures import GuiSessions, click
 from tests.reliability.conftest import RecordFault, bytes_missing, messages_missing
 
 CATEGORY = "Backups"
@@ -491,6 +493,62 @@ def test_an_older_database_only_backup_still_lists_verifies_and_restores(
     # One line naming what the store no longer has; the rest of the conversation is back.
     assert "gone.txt" in err and gone_sha[:12] in err and err.count("\n") == 1
     assert set(stored_files(paths)) == {kept_sha}
+
+
+@pytest.mark.gui
+@pytest.mark.parametrize("chosen", ["with its files", "an older one of the database only"])
+def test_the_window_restores_a_backup_over_a_damaged_database(
+    qtbot: QtBot, gui: GuiSessions, paths: HearthPaths, tmp_path: Path, fault: RecordFault, chosen: str
+) -> None:
+    report = write(tmp_path / "rota.md", b"# Rota\n\nMaren keeps the lamp on Tuesdays.\n")
+    conversation, sha = converse_with(paths, report)
+    older = paths.backups_dir / backup_name("manual")
+    make_private_dir(paths.backups_dir)
+    copy_verified(paths.db_path, older)
+    backup = create_backup(paths).path
+    delete_conversation(paths, conversation)
+    damage(paths.db_path)
+    damaged_bytes = paths.db_path.read_bytes()
+
+    session = gui.open(paths, preload_model=False)
+    window = session.window
+    assert window.damagedBanner.isVisible()
+    session.answers.choice = 0 if chosen == "with its files" else 1
+    click(window.restoreButton)
+    qtbot.waitUntil(lambda: window.damagedLabel.text().startswith("Restored"), timeout=10_000)
+    (offered,) = session.answers.choices
+    # Newest first, each saying what it holds.
+    assert offered[0].endswith(f"{backup.name} · 1 attached file(s)"), offered
+    assert offered[1].endswith(f"{older.name} · database only"), offered
+    if chosen != "with its files":
+        # The older backup never held the file, and the store no longer has it: said, not hidden.
+        qtbot.waitUntil(lambda: "1 attached file(s) were in neither" in window.statusBar().currentMessage())
+    session.close()
+
+    core = Core.open(paths)
+    try:
+        (prompt, _reply) = core.store.list_messages(conversation)
+        carried = core.store.export_json(conversation).get("files", {})
+    finally:
+        core.close()
+    restored = base64.b64decode(carried[sha]["data"]) if sha in carried else b""
+    expected = texts_in(database_of(backup if chosen == "with its files" else older))
+    lost = {"messages": messages_missing(expected, texts_in(paths.db_path))}
+    if chosen == "with its files":
+        lost["bytes"] = bytes_missing(report.read_bytes(), restored)
+    fault(
+        CATEGORY,
+        f"restore from the window over a damaged database ({chosen})",
+        trials=1,
+        outcome="restored, file put back" if chosen == "with its files" else "restored, missing file named",
+        lost=lost,
+    )
+    assert set(lost.values()) == {0}
+    assert [p.file_sha256 for p in prompt.attachments] == [sha]
+    # The older backup never held the file, which was deleted since.
+    assert restored == (report.read_bytes() if chosen == "with its files" else b"")
+    (kept,) = [b for b in list_backups(paths) if b.path.name.endswith("-damaged")]
+    assert kept.database.read_bytes() == damaged_bytes
 
 
 # -- a full disk ------------------------------------------------------------------------------------------
