@@ -6,6 +6,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from filelock import FileLock, Timeout
+
 from app.attachments.files import FileStore
 from app.conversations.store import ConversationStore
 from app.errors import DamagedDatabase
@@ -13,6 +15,7 @@ from app.library.installed import ModelLibrary
 from app.paths import HearthPaths
 from app.settings import Settings, SettingsStore, load_settings
 from app.storage.db import Database
+from app.storage.stored_files import delete_unlisted
 
 if TYPE_CHECKING:
     from app.documents.library import DocumentLibrary
@@ -28,6 +31,9 @@ class Core:
     db: Database
     store: ConversationStore
     library: ModelLibrary
+    # The one file store of this process: files waiting in the composer are pinned in it, and every release
+    # of unreferenced files (a conversation deleted, a collection removed) goes through it and leaves them.
+    files: FileStore
     # Why the database is open read-only (it failed its check at start-up), or None.
     damaged: str | None = None
 
@@ -36,10 +42,12 @@ class Core:
         return self.settings_store.current
 
     @classmethod
-    def open(cls, paths: HearthPaths, *, allow_damaged: bool = False) -> Core:
-        """With `allow_damaged`, a database that fails its check opens read-only instead of raising."""
+    def open(cls, paths: HearthPaths, *, allow_damaged: bool = False, window: bool = False) -> Core:
+        """With `allow_damaged`, a database that fails its check opens read-only instead of raising.
+        `window`: the caller is the window, which holds the instance lock (app.qt.single_instance)."""
         paths.ensure()
         settings = SettingsStore(load_settings(paths.settings_path))
+        files = FileStore(paths.attachments_dir)
         try:
             db = Database.open(paths.db_path, paths.backups_dir)
         except DamagedDatabase as exc:
@@ -48,11 +56,9 @@ class Core:
             log.error("opening the damaged database read-only: %s", exc)
             db = Database.open_read_only(paths.db_path)
             library = ModelLibrary(db, paths.models_dir)
-            store = ConversationStore(db, files=FileStore(paths.attachments_dir))
-            return cls(paths, settings, db, store, library, damaged=str(exc))
-        store = ConversationStore(
-            db, files=FileStore(paths.attachments_dir), on_release=lambda: _release_documents(db, paths)
-        )
+            store = ConversationStore(db, files=files)
+            return cls(paths, settings, db, store, library, files, damaged=str(exc))
+        store = ConversationStore(db, files=files, on_release=lambda: _release_documents(db, files))
         # A reply still marked streaming was cut off by a crash or a kill: say so instead of pretending.
         interrupted = store.mark_interrupted_streaming()
         if interrupted:
@@ -60,9 +66,15 @@ class Core:
         library = ModelLibrary(db, paths.models_dir)
         # The starter model ships as a Python package so a new user can chat offline right away.
         library.register_starter()
-        # Files attached to a prompt that was never sent, or left by a crash between deletions.
-        _release_documents(db, paths)
-        return cls(paths, settings, db, store, library)
+        # Files attached to a prompt that was never sent, left by a crash between deletions, or that a
+        # restored database does not hold. The files a running window's composer holds are pinned in that
+        # window's memory, not here: while one runs, only it releases (at its own start it holds the
+        # instance lock, and nothing is pinned yet).
+        if window:
+            _release_at_start(db, files)
+        else:
+            _release_unless_a_window_runs(paths, db, files)
+        return cls(paths, settings, db, store, library, files)
 
     def documents(self) -> DocumentLibrary:
         """Attachments and collections on this home. The embedding runner starts only when something has
@@ -78,13 +90,32 @@ class Core:
             assert model is not None
             return RunnerEmbedder(model, log_path=log_path)
 
-        return DocumentLibrary(self.db, FileStore(self.paths.attachments_dir), embedder if model else None)
+        return DocumentLibrary(self.db, self.files, embedder if model else None)
 
     def close(self) -> None:
         self.db.dispose()
 
 
-def _release_documents(db: Database, paths: HearthPaths) -> None:
+def _release_documents(db: Database, files: FileStore) -> None:
     from app.documents.library import release_unreferenced
 
-    release_unreferenced(db, FileStore(paths.attachments_dir))
+    release_unreferenced(db, files)
+
+
+def _release_at_start(db: Database, files: FileStore) -> None:
+    _release_documents(db, files)
+    # Files no row lists are released only here, before anything in this process stores one.
+    delete_unlisted(db, files)
+
+
+def _release_unless_a_window_runs(paths: HearthPaths, db: Database, files: FileStore) -> None:
+    lock = FileLock(paths.instance_lock)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.info("a Hearth window is running: unreferenced files are left for it to release")
+        return
+    try:
+        _release_at_start(db, files)
+    finally:
+        lock.release()

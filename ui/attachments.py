@@ -212,6 +212,8 @@ class AttachmentTray(QWidget):
     def _remove(self, chip: FileChip) -> None:
         self.chips.remove(chip)
         chip.deleteLater()
+        # Off the message, so no longer kept for it: the next release takes it unless a message holds it.
+        self._documents.files.unpin([chip.attachment.sha256])
         self.changed.emit()
 
     def _show_reading(self) -> None:

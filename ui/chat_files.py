@@ -111,7 +111,9 @@ class ChatFiles(QObject):
             folder = self._context.services.paths.backups_dir
             self._context.show_error(self.tr("There are no backups in {folder}.").format(folder=folder))
             return
-        names = [f"{b.created.astimezone():%Y-%m-%d %H:%M} · {b.path.name}" for b in backups]
+        names = [
+            f"{b.created.astimezone():%Y-%m-%d %H:%M} · {b.path.name} · {self._carried(b)}" for b in backups
+        ]
         index = dialogs.ask_choice(
             self._window, self.tr("Restore from backup"), self.tr("Backup to restore:"), names
         )
@@ -132,5 +134,19 @@ class ChatFiles(QObject):
         def done(result: RestoreResult) -> None:
             self.restored.emit(result.restored_from.name)
             self._context.session.refresh_conversations()
+            if result.files_missing:
+                self._context.show_error(
+                    self.tr(
+                        "%n attached file(s) were in neither the backup nor the file store: their messages "
+                        "show them as no longer stored.",
+                        "",
+                        len(result.files_missing),
+                    )
+                )
 
         self._context.run(restore, done)
+
+    def _carried(self, backup: BackupInfo) -> str:
+        if backup.files is None:
+            return self.tr("database only")
+        return self.tr("%n attached file(s)", "", backup.files)

@@ -68,7 +68,7 @@ def _run(paths: HearthPaths, args: argparse.Namespace, out: TextIO, err: TextIO)
     if args.command == "servers":
         return servers.run(paths, args, out, err)
     if args.command in ("backup", "restore"):
-        return backup.run(paths, args, out)
+        return backup.run(paths, args, out, err)
     # Reading and exporting conversations works on a damaged database too (opened read-only).
     readable = args.command == "conversations" and args.conversations_command != "import"
     core = Core.open(paths, allow_damaged=readable)

@@ -11,7 +11,6 @@ import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -41,6 +40,7 @@ from app.errors import DatabaseError, HearthError
 from app.settings import write_text_atomically
 from app.storage.db import Database
 from app.storage.orm import ConversationRow, MessagePartRow, MessageRow, MessageStatus
+from app.storage.stored_files import record_file
 
 log = logging.getLogger("hearth.conversations")
 
@@ -260,11 +260,18 @@ def import_file(db: Database, path: Path, files: FileStore | None = None) -> Imp
         raise HearthError(
             f"{Path(path).name} carries attached files, which cannot be kept here. Nothing was imported."
         )
-    # Bytes first: a failure after this leaves only unreferenced files, which the next start deletes.
+    # Bytes first: a failure after this leaves only unreferenced files, which the next start deletes. Pinned
+    # until the conversations hold them, so a conversation deleted meanwhile cannot release them (a file
+    # also waiting in the composer stays pinned for it).
+    waiting = files.pinned() if files is not None else frozenset()
     for sha, _mime, data in carried:
         assert files is not None
-        files.put_bytes(data, sha)
-    ids = _write_import(db, parsed)
+        files.put_bytes(data, sha, pin=True)
+    try:
+        ids = _write_import(db, parsed)
+    finally:
+        if files is not None:
+            files.unpin({sha for sha, _mime, _data in carried} - waiting)
     return ImportReport(
         conversations=len(ids),
         messages=sum(len(c.messages) for c in parsed.conversations),
@@ -326,15 +333,8 @@ def _write_import(db: Database, parsed: ParsedImport) -> list[int]:
             session.execute(insert(_CONVERSATIONS), conversation_rows)
         if message_rows:
             session.execute(insert(_MESSAGES), message_rows)
-        now = datetime.now(UTC).isoformat()
         for sha, mime, data in {f[0]: f for c in parsed.conversations for f in c.files}.values():
-            session.execute(
-                text(
-                    "INSERT OR IGNORE INTO files (sha256, size_bytes, mime_type, created_at) "
-                    "VALUES (:sha, :size, :mime, :now)"
-                ),
-                {"sha": sha, "size": len(data), "mime": mime, "now": now},
-            )
+            record_file(session, sha, len(data), mime)
         if part_rows:
             session.execute(insert(_PARTS), part_rows)
         return [row["id"] for row in conversation_rows]

@@ -171,7 +171,8 @@ class ConversationStore:
     def __init__(
         self, db: Database, *, files: FileStore | None = None, on_release: Callable[[], None] | None = None
     ) -> None:
-        """`files`: where attached files are stored, for exports and imports to carry them. `on_release`
+        """`files`: where attached files are stored, for exports and imports to carry them, and whose pins a
+        prompt that now holds its files lets go of (the same store as the documents'). `on_release`
         runs after messages were deleted, to delete what only they held (stored files, their text and
         passages: app.documents, which this package does not import)."""
         self._db = db
@@ -481,7 +482,11 @@ class ConversationStore:
             reply_id = self._insert_in(session, conversation, reply.row(conversation.id), prompt_id, now)
             session.add_all(part.row(reply_id, n) for n, part in enumerate(reply_parts))
             session.flush()
-            return TurnStart(conversation.id, prompt_id, self._one_message(session, reply_id))
+            started = TurnStart(conversation.id, prompt_id, self._one_message(session, reply_id))
+        if self._files is not None:
+            # The prompt holds its files now: they no longer wait in the composer (DocumentLibrary.attach).
+            self._files.unpin(part.file_sha256 for part in prompt_parts if part.file_sha256)
+        return started
 
     def flush_streaming_text(self, message_id: int, content: str, *, reasoning: str | None = None) -> bool:
         """Save the reply (answer and reasoning) so far. False when the message is no longer streaming (or

@@ -592,7 +592,8 @@ class CollectionStore:
 
     def release_unreferenced(self) -> None:
         """Delete every passage, extracted text and stored file that no message and no collection uses
-        (after conversations were deleted, or files attached to a message never sent)."""
+        (after conversations were deleted; at start, files attached to a message never sent). Files the
+        store has pinned (waiting to be sent) keep their row, text and bytes."""
         with self._db.session() as session:
             orphans = self._release(session, None)
         self._after_release(orphans)
@@ -604,12 +605,18 @@ class CollectionStore:
         if contents is not None and not contents:
             return []
         removed = self._index.delete_unreferenced(session, contents)
+        # Read inside the write transaction (begun by the statement above): a file pinned before its row was
+        # committed is in this set whenever this transaction can see the row.
+        pinned = self._files.pinned() if self._files is not None else frozenset()
         unused = (
             "NOT EXISTS (SELECT 1 FROM message_parts WHERE file_sha256 = {sha}) "
-            "AND NOT EXISTS (SELECT 1 FROM collection_files WHERE content_sha256 = {sha})"
+            "AND NOT EXISTS (SELECT 1 FROM collection_files WHERE content_sha256 = {sha}) "
+            "AND {sha} NOT IN (SELECT value FROM json_each(:pinned))"
         )
         among = "" if contents is None else "{sha} IN (SELECT value FROM json_each(:shas)) AND "
-        params = {} if contents is None else {"shas": json.dumps(sorted(contents))}
+        params = {"pinned": json.dumps(sorted(pinned))}
+        if contents is not None:
+            params["shas"] = json.dumps(sorted(contents))
         files_query = f"SELECT sha256 FROM files WHERE {among}{unused}".replace("{sha}", "files.sha256")
         orphans = list(session.execute(text(files_query), params).scalars())
         texts_query = f"DELETE FROM document_texts WHERE {among}{unused}".replace(

@@ -14,7 +14,6 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -32,7 +31,8 @@ from app.documents.model import DocumentError, ExtractedDocument, Section
 from app.errors import HearthError
 from app.library.installed import sha256_file
 from app.storage.db import Database
-from app.storage.orm import DocumentTextRow, FilesRow
+from app.storage.orm import DocumentTextRow
+from app.storage.stored_files import record_file
 
 log = logging.getLogger("hearth.documents")
 
@@ -105,17 +105,11 @@ class DocumentLibrary:
         """Check, extract and store a file for a message. Raises DocumentError / HearthError with one line
         naming the file; nothing is stored then. The extracted text is kept, so sending never extracts."""
         document = extract(path)
-        stored = self.files.put_file(path)
+        # Pinned until the message is sent (ConversationStore.begin_turn), so deleting another conversation
+        # meanwhile cannot release it.
+        stored = self.files.put_file(path, pin=True)
         with self._db.session() as session:
-            if session.get(FilesRow, stored.sha256) is None:
-                session.add(
-                    FilesRow(
-                        sha256=stored.sha256,
-                        size_bytes=stored.size_bytes,
-                        mime_type=document.mime_type,
-                        created_at=datetime.now(UTC),
-                    )
-                )
+            record_file(session, stored.sha256, stored.size_bytes, document.mime_type)
             if session.get(DocumentTextRow, stored.sha256) is None:
                 session.add(_text_row(stored.sha256, document))
         return Attachment(

@@ -52,7 +52,7 @@ class AppServices:
     @classmethod
     def start(cls, paths: HearthPaths) -> AppServices:
         # A damaged database opens read-only: the window offers export and restore instead of quitting.
-        core = Core.open(paths, allow_damaged=True)
+        core = Core.open(paths, allow_damaged=True, window=True)
         hardware = probe_hardware()
         servers = ServerRegistry(paths.home)
         documents = core.documents()

@@ -21,6 +21,7 @@ from app.paths import HearthPaths, resolve_home
 from app.remote.registry import ServerRegistry
 from app.settings import save_settings
 from app.storage.backup import create_backup, restore_backup
+from app.storage.db import backup_name, copy_verified
 
 pytestmark = pytest.mark.skipif(
     os.name != "posix", reason="mode bits are POSIX; on Windows the per-user profile's ACLs apply"
@@ -63,19 +64,27 @@ def test_core_open_creates_a_private_home(umask: int, hearth_logger: logging.Log
         core.close()
 
 
-def test_backups_and_restores_are_private(umask: int) -> None:
+def test_backups_and_restores_are_private(umask: int, tmp_path: Path) -> None:
     paths = resolve_home()
-    Core.open(paths).close()
+    core = Core.open(paths)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Attached, so the backups carry a file.\n", encoding="utf-8")
+    core.documents().attach(notes)
+    core.close()
     mine = paths.home.parent / "my-backups"
     mine.mkdir(mode=0o755)
 
     made = create_backup(paths)
     chosen = create_backup(paths, mine)
-    result = restore_backup(paths, made)
+    result = restore_backup(paths, made.path)
 
     assert mode(paths.backups_dir) == 0o700
-    assert mode(made) == mode(chosen) == 0o600
-    assert result.previous is not None and mode(result.previous) == 0o600
+    assert result.previous is not None
+    for backup in (made.path, chosen.path, result.previous):
+        inside = list(backup.rglob("*"))
+        assert any(p.parent.parent.name == "attachments" for p in inside), inside
+        for path in (backup, *inside):
+            assert mode(path) == (0o700 if path.is_dir() else 0o600), path
     assert mode(paths.db_path) == 0o600
     assert mode(mine) == 0o755 & ~umask, "a folder the user chose keeps the mode they gave it"
 
@@ -125,7 +134,9 @@ def test_a_home_an_older_hearth_left_readable_is_tightened_at_start(hearth_logge
     core = Core.open(paths)
     save_settings(paths.settings_path, core.settings)
     core.close()
-    create_backup(paths)
+    # An older Hearth's backup: the database alone, in a file directly in the backups folder.
+    paths.backups_dir.mkdir(exist_ok=True)
+    copy_verified(paths.db_path, paths.backups_dir / backup_name("manual"))
     configure_logging(paths)
     hearth_logger.info("written by the older version")
     for handler in list(hearth_logger.handlers):

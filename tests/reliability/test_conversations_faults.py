@@ -504,7 +504,7 @@ def test_a_damaged_database_is_read_only_on_the_command_line(
     assert digest(paths.db_path) == before
     # What the user still has: the conversations exported, and the backup taken before the damage.
     salvaged = [m["content"] for p in exported.values() for m in json.loads(p.read_text())["messages"]]
-    backed_up = [t for b in list_backups(paths) for t in message_texts(b.path).values()]
+    backed_up = [t for b in list_backups(paths) for t in message_texts(b.database).values()]
     missing = messages_missing([t for ts in texts.values() for t in ts], salvaged + backed_up)
     fault(
         CATEGORY,
@@ -560,7 +560,7 @@ def test_a_damaged_database_opens_read_only_in_the_window_with_export_and_restor
     )
     assert missing == 0
     assert restored == texts
-    kept = [p for p in paths.backups_dir.iterdir() if p.name.endswith("-damaged.sqlite3")]
+    kept = [p / "hearth.sqlite3" for p in paths.backups_dir.iterdir() if p.name.endswith("-damaged")]
     assert [p.read_bytes() for p in kept] == [damaged_bytes]
     assert victim in texts
 

@@ -14,6 +14,7 @@ from pytestqt.qtbot import QtBot
 
 from app.conversations.store import PartInput, ReplyProvenance
 from app.paths import HearthPaths
+from app.qt.services import AppServices
 from app.settings import Settings, save_settings
 from tests.helpers.document_files import pdf_bytes, write
 from tests.helpers.ui_fixtures import GuiSessions, click, click_conversation, rows, titles
@@ -261,3 +262,80 @@ def test_files_dropped_on_the_transcript_are_attached(
 
     (text,) = _chip_texts(window)
     assert text.startswith("tides.csv · CSV · "), text
+
+
+def _chat_holding_a_file(services: AppServices, path: Path) -> tuple[int, str]:
+    """An earlier chat whose prompt holds `path`, as a sent message stores it."""
+    stored = services.documents.attach(path)
+    turn = services.store.begin_turn(
+        None,
+        prompt="An earlier question",
+        after=None,
+        system_prompt=None,
+        reply=ReplyProvenance("starter", None, {}, None),
+        prompt_parts=[
+            PartInput("attachment", path.name, stored.sha256, stored.mime_type, {"kind": stored.kind})
+        ],
+    )
+    services.store.finish_message(turn.reply.id, content="An earlier answer.", status="complete")
+    return turn.conversation_id, stored.sha256
+
+
+@pytest.mark.model
+def test_a_file_waiting_in_the_composer_survives_another_chat_being_deleted(
+    qtbot: QtBot, gui: GuiSessions, home: HearthPaths, starter_model: Path, tmp_path: Path
+) -> None:
+    save_settings(home.settings_path, Settings(max_tokens=8, temperature=0.0))
+    session = gui.open(home)
+    window, services = session.window, session.services
+    _old_chat, old_sha = _chat_holding_a_file(services, write(tmp_path / "old.txt", b"Last year's rota.\n"))
+    window.refresh_conversations()
+    qtbot.waitUntil(lambda: titles(window) == ["An earlier question"])
+    notes = write(tmp_path / "lighthouse.txt", b"The lighthouse keeper's name is Maren.\n")
+    window.chatArea.attachments.attach_paths([notes])
+    _wait_read(qtbot, window)
+    (waiting,) = window.chatArea.attachments.attachments()
+
+    # The other chat goes for good (its undo bar expires) while the file waits to be sent.
+    window.undoBar.timeout_ms = 150
+    click_conversation(qtbot, window, "An earlier question")
+    click(window.deleteButton)
+    qtbot.waitUntil(lambda: not services.documents.files.has(old_sha), timeout=5000)
+    assert services.documents.files.has(waiting.sha256)
+
+    window.composer.setPlainText("What is the keeper's name?")
+    click(window.sendButton)
+    qtbot.waitUntil(lambda: window.stopButton.isEnabled(), timeout=5000)
+    qtbot.waitUntil(
+        lambda: window.sendButton.isEnabled() and not window.stopButton.isEnabled(), timeout=REPLY_TIMEOUT_MS
+    )
+    assert "attach it again" not in _status_text(window)
+    conversation_id = window.current_conversation_id
+    assert conversation_id is not None
+    (prompt, reply) = services.store.list_messages(conversation_id)
+    assert [p.file_sha256 for p in prompt.attachments] == [waiting.sha256]
+    assert reply.status == "complete" and reply.content
+
+    # Sent, the file is the message's: it goes with that chat, like any other.
+    services.store.delete_conversation(conversation_id)
+    assert not services.documents.files.has(waiting.sha256)
+
+
+def test_a_file_taken_off_the_message_goes_when_a_chat_is_deleted(
+    qtbot: QtBot, gui: GuiSessions, home: HearthPaths, tmp_path: Path
+) -> None:
+    session = gui.open(home, preload_model=False)
+    window, services = session.window, session.services
+    tray = window.chatArea.attachments
+    tray.attach_paths(
+        [write(tmp_path / "wrong.txt", b"Not this one.\n"), write(tmp_path / "right.txt", b"This.\n")]
+    )
+    _wait_read(qtbot, window)
+    qtbot.waitUntil(lambda: len(tray.chips) == 2)
+    (wrong,) = [chip for chip in tray.chips if chip.attachment.name == "wrong.txt"]
+    (right,) = [chip.attachment for chip in tray.chips if chip.attachment.name == "right.txt"]
+    QTest.mouseClick(wrong.removeButton, Qt.MouseButton.LeftButton)
+
+    services.store.delete_conversation(services.store.create_conversation("Scratch").id)
+    assert not services.documents.files.has(wrong.attachment.sha256)
+    assert services.documents.files.has(right.sha256) and tray.attachments() == (right,)

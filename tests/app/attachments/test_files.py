@@ -62,16 +62,16 @@ def test_a_full_disk_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.
     store = FileStore(tmp_path / "attachments")
     source = tmp_path / "report.txt"
     source.write_bytes(b"y" * (2 * files.CHUNK_BYTES))
-    real_write = FileStore._write
+    real_write = files._write_synced
 
-    def fills_up(temporary: Path, write: object, name: str) -> None:
+    def fills_up(temporary: Path, write: object) -> None:
         def failing(out: BinaryIO) -> None:
             out.write(b"partial")
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        real_write(temporary, failing, name)
+        real_write(temporary, failing)
 
-    monkeypatch.setattr(FileStore, "_write", staticmethod(fills_up))
+    monkeypatch.setattr(files, "_write_synced", fills_up)
     with pytest.raises(HearthError, match=r"Not enough disk space to keep report.txt; nothing was attached"):
         store.put_file(source)
     assert leftovers(store) == []

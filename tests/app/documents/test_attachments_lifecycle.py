@@ -1,9 +1,11 @@
 """An attached file lives as long as a message holds it: stored once, kept across branches, deleted (bytes,
-text and passages) with the last conversation that holds it."""
+text and passages) with the last conversation that holds it; and while it waits to be sent, kept whatever
+else is deleted meanwhile."""
 
 from __future__ import annotations
 
 import base64
+import io
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -11,7 +13,9 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
+from app.cli.main import main as cli_main
 from app.conversations.store import PartInput, ReplyProvenance
 from app.core import Core
 from app.documents.library import Attachment, DocumentLibrary
@@ -134,3 +138,65 @@ def test_an_export_whose_file_was_tampered_with_imports_nothing(core: Core, tmp_
     with pytest.raises(HearthError, match=r"does not match its SHA-256.*Nothing was imported"):
         core.store.import_file(path)
     assert core.store.list_conversations() == before
+
+
+def test_a_file_waiting_to_be_sent_survives_deleting_another_conversation(core: Core, tmp_path: Path) -> None:
+    documents = core.documents()
+    shared = tmp_path / "budget.csv"
+    shared.write_text("item,cost\nlamp oil,12\n", encoding="utf-8")
+    older = send(core, documents, shared)
+    unrelated = send(core, documents, write(tmp_path / "old.txt", "An old note.\n"))
+    # In the composer, not sent yet: one file new to the store, one whose bytes the older chat holds too.
+    waiting = documents.attach(write(tmp_path / "draft.md", "# Draft\n\nThe keeper is called Maren.\n"))
+    again = documents.attach(shared)
+
+    core.store.delete_conversation(unrelated)
+    core.store.delete_conversation(older)
+    assert {p.name for p in stored(core)} == {waiting.sha256, again.sha256}
+    assert rows(core, "files") == rows(core, "document_texts") == 2
+
+    turn = core.store.begin_turn(
+        None,
+        prompt="Who is the keeper?",
+        after=None,
+        system_prompt=None,
+        reply=REPLY,
+        prompt_parts=[attachment_part(waiting), attachment_part(again)],
+    )
+    assert "Maren" in documents.attached_text(waiting.name, waiting.sha256).text
+    # Sent, the files are the message's: they go with its conversation, as any other.
+    core.store.delete_conversation(turn.conversation_id)
+    assert stored(core) == [] and rows(core, "files") == 0
+
+
+def test_a_file_taken_off_the_message_goes_with_the_next_release(core: Core, tmp_path: Path) -> None:
+    documents = core.documents()
+    dropped = documents.attach(write(tmp_path / "wrong.txt", "Not this one.\n"))
+    kept = documents.attach(write(tmp_path / "right.txt", "This one.\n"))
+    # What the chip's × does.
+    core.files.unpin([dropped.sha256])
+    core.store.delete_conversation(core.store.create_conversation("Scratch").id)
+    assert [p.name for p in stored(core)] == [kept.sha256]
+
+
+def test_a_command_run_while_the_window_is_open_leaves_the_files_waiting_in_it(tmp_path: Path) -> None:
+    paths = resolve_home()
+    lock = FileLock(paths.instance_lock)
+    lock.acquire()
+    window = Core.open(paths, window=True)
+    try:
+        waiting = window.documents().attach(write(tmp_path / "draft.txt", "Still being written.\n"))
+        # Every command opens the core, whose start releases what nothing holds: not while a window runs.
+        assert cli_main(["conversations", "list"], out=io.StringIO(), err=io.StringIO()) == 0
+        assert [p.name for p in stored(window)] == [waiting.sha256]
+    finally:
+        window.close()
+        lock.release()
+    # The window is gone and the file was never sent: the next start deletes it, as always.
+    assert cli_main(["conversations", "list"], out=io.StringIO(), err=io.StringIO()) == 0
+    assert not (paths.attachments_dir / waiting.sha256[:2] / waiting.sha256).exists()
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path

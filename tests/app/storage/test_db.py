@@ -399,7 +399,7 @@ def test_backup_that_fails_verification_stops_the_migration(
 def test_opening_diagnosing_and_restoring_share_one_verdict(home: Path) -> None:
     paths = HearthPaths(home)
     populate(paths.db_path, paths.backups_dir)
-    backup = create_backup(paths)
+    backup = create_backup(paths).path
     damage_an_index(paths.db_path)
     # Quick for opening and diagnosing; backups and restores look at every index too.
     assert check_file(paths.db_path) == "ok"
