@@ -165,10 +165,11 @@ def core() -> Iterator[Core]:
 
 @pytest.fixture
 def make_engine(core: Core) -> Iterator[Callable[..., ChatEngine]]:
-    """Chat engines on `core`: keyword arguments change its settings, except `servers`, which is passed on."""
+    """Chat engines on `core`: keyword arguments change its settings, except `servers` and `documents`, which
+    are passed on."""
     engines: list[ChatEngine] = []
 
-    def make(servers: Any = None, **changes: Any) -> ChatEngine:
+    def make(servers: Any = None, documents: Any = None, **changes: Any) -> ChatEngine:
         made = ChatEngine(
             core.store,
             core.library,
@@ -176,6 +177,7 @@ def make_engine(core: Core) -> Iterator[Callable[..., ChatEngine]]:
             runner_log=core.paths.runner_log_file,
             cpu_kernels_file=core.paths.cpu_kernels_file,
             servers=servers,
+            documents=documents,
         )
         engines.append(made)
         return made

@@ -178,11 +178,24 @@ class AttachmentTray(QWidget):
         if attachments:
             self.changed.emit()
 
+    def set_attachments(self, attachments: Sequence[Attachment]) -> None:
+        """These files and no others: those of a message being edited, or those it held back."""
+        self._drop_chips()
+        for attachment in attachments:
+            self._add(attachment)
+        self.changed.emit()
+
     def clear(self) -> None:
+        self._drop_chips()
+        self.changed.emit()
+
+    def _drop_chips(self) -> None:
         for chip in self.chips:
+            # Out of the row now: chips added before the event loop deletes these go where they belong.
+            self._row.removeWidget(chip)
+            chip.hide()
             chip.deleteLater()
         self.chips = []
-        self.changed.emit()
 
     def _attached(self, attachment: Attachment) -> None:
         if not shiboken6.isValid(self):
@@ -211,6 +224,8 @@ class AttachmentTray(QWidget):
 
     def _remove(self, chip: FileChip) -> None:
         self.chips.remove(chip)
+        self._row.removeWidget(chip)
+        chip.hide()
         chip.deleteLater()
         # Off the message, so no longer kept for it: the next release takes it unless a message holds it.
         self._documents.files.unpin([chip.attachment.sha256])

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtWidgets import QDialog, QFrame, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from app.attachments.files import FileStore
+from app.chat.documents import TurnDocuments, prompt_attachments
 from app.chat.session import (
     BranchChanged,
     BranchLoaded,
@@ -24,6 +25,7 @@ from app.chat.session import (
     StreamingReply,
 )
 from app.conversations.store import Message
+from app.documents.library import Attachment
 from app.errors import HearthError
 from app.remote.registry import split_model_name
 from ui.attachments import AttachmentTray, FileDrops, PassageDialog, forget_opened_copies, openable_copy
@@ -92,6 +94,9 @@ class ChatArea(QWidget):
         self._thinking_hit: int | None = None
         self._dialogs: list[QDialog] = []
         self._open_url = open_url
+        # While a message is edited, the tray shows its files; those attached for the next new message wait
+        # here (None: nothing is being edited).
+        self._held_back: tuple[Attachment, ...] | None = None
 
         self.modelBar = ModelBar(context)
         self.undoBar = UndoBar()
@@ -160,6 +165,8 @@ class ChatArea(QWidget):
         self.composer.textChanged.connect(self.schedule_measure)
         self.composer.filesDropped.connect(self.attachments.attach_paths)
         self.attachments.changed.connect(self.update_controls)
+        # What the files cost is on the meter before Send.
+        self.attachments.changed.connect(self.schedule_measure)
         self._opened_dir = services.paths.home / "opened"
         if not context.read_only:
             opened_dir = self._opened_dir
@@ -173,6 +180,7 @@ class ChatArea(QWidget):
         self.transcript.fileClicked.connect(self._open_attached_file)
         self.transcript.sourceClicked.connect(self._show_source)
         context.services.chat.contextUsage.connect(self.contextMeter.set_usage)
+        services.servers_service.changed.connect(self._servers_changed)
 
         session = self._session
         session.branch_loaded.connect(self._show_branch)
@@ -289,10 +297,8 @@ class ChatArea(QWidget):
             session.after_creation(self.send)
             return
         self.composer.clear()
-        if session.editing is not None:
-            # An edited prompt goes without files (see ChatSession.send): they wait for the next message.
-            session.send(prompt)
-            return
+        # While editing, the tray holds the edited message's files as the user left them: they go with the
+        # new version (and the files held back come back once the edit ends, in _show_editing).
         attachments = self.attachments.attachments()
         self.attachments.clear()
         session.send(prompt, attachments)
@@ -303,10 +309,18 @@ class ChatArea(QWidget):
             self._context.services.chat.stop()
 
     def _show_editing(self, message: Message | None) -> None:
+        tray = self.attachments
         if message is None:
             self.editBanner.hide()
             self.composer.clear()
+            held, self._held_back = self._held_back, None
+            if held is not None:
+                tray.set_attachments(held)
             return
+        if self._held_back is None:
+            self._held_back = tray.attachments()
+        # The edited message's files, to keep, take off or add to.
+        tray.set_attachments(prompt_attachments(message))
         self.composer.setPlainText(message.content)
         self.editBanner.show()
         self.composer.setFocus()
@@ -432,11 +446,16 @@ class ChatArea(QWidget):
             self.transcript.finish(failed.assistant_id, "error", error=failed.message)
         elif request is not None and request.text and not self.composer.toPlainText():
             # The reply never started; hand the prompt back so nothing typed is lost.
-            self.composer.setPlainText(request.text)
-            self.attachments.restore(request.attachments)
+            editing = False
             if request.kind == "edit" and request.target is not None:
                 self._session.begin_edit(request.target)
-                self.composer.setPlainText(request.text)
+                editing = self._session.editing == request.target
+            self.composer.setPlainText(request.text)
+            if editing:
+                # The files as the user left them, not the edited message's.
+                self.attachments.set_attachments(request.attachments)
+            else:
+                self.attachments.restore(request.attachments)
         self.schedule_measure()
 
     # -- the context budget -----------------------------------------------------------------------
@@ -444,14 +463,23 @@ class ChatArea(QWidget):
     def schedule_measure(self) -> None:
         self._measure_timer.start()
 
+    def _servers_changed(self) -> None:
+        # The chosen server's context may be known (its models listed) or set now.
+        model = self._session.model
+        if model is not None and split_model_name(model) is not None:
+            self.schedule_measure()
+
     def _measure_context(self) -> None:
         context, session = self._context, self._session
         model = session.model
         # Measuring loads the model; a window told not to preload (the smoke test) leaves it alone.
         if model is None or not context.preload_model or context.is_closed() or session.creating:
             return
-        if split_model_name(model) is not None:
-            # A server counts with its own tokenizer and enforces its own context.
-            self.contextMeter.set_usage(None)
-            return
-        context.services.chat.measure_context(session.current_id, self.composer.toPlainText(), model)
+        attachments = self.attachments.attachments()
+        context.services.chat.measure_context(
+            session.current_id,
+            self.composer.toPlainText(),
+            model,
+            documents=TurnDocuments(attachments) if attachments else None,
+            replacing=session.editing,
+        )

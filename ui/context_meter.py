@@ -1,7 +1,9 @@
-"""How much of the context window the conversation and the draft use, and what happens when it is full.
+"""How much of the context window the conversation, the draft and its files use, and what happens when it
+is full.
 
 Fed by `ChatService.contextUsage` (tokens counted by the model's own tokenizer with its real chat
-template). Amber from WARN_AT, red from FULL_AT or as soon as the overflow policy would act.
+template, the draft's files planned as the turn plans them; estimated for a server's model). Amber from
+WARN_AT, red from FULL_AT or as soon as the overflow policy would act.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QMouseEvent, QPainter, QPaintEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QWidget
 
+from app.remote.registry import ContextSource
+from ui.servers_panel import plain_tooltip
 from ui.theme import LIGHT, Theme
 
 WARN_AT = 0.75
@@ -29,6 +33,18 @@ class Usage(Protocol):
     def would_drop_messages(self) -> int: ...
     @property
     def policy(self) -> str: ...
+    @property
+    def fits(self) -> bool: ...
+    @property
+    def document_tokens(self) -> int: ...
+    @property
+    def searched(self) -> tuple[str, ...]: ...
+    @property
+    def passage_tokens(self) -> int: ...
+    @property
+    def estimated(self) -> bool: ...
+    @property
+    def context_source(self) -> ContextSource | None: ...
 
 
 class _Bar(QWidget):
@@ -70,6 +86,10 @@ class ContextMeter(QWidget):
         self.tokens = QLabel()
         self.tokens.setObjectName("contextTokens")
         self.tokens.setTextFormat(Qt.TextFormat.PlainText)
+        # What the documents take of it, and which files would be searched rather than sent whole.
+        self.documents = QLabel()
+        self.documents.setObjectName("contextDocuments")
+        self.documents.setTextFormat(Qt.TextFormat.PlainText)
         self.warning = QLabel()
         self.warning.setObjectName("contextWarning")
         self.warning.setTextFormat(Qt.TextFormat.PlainText)
@@ -83,6 +103,7 @@ class ContextMeter(QWidget):
         layout.setSpacing(10)
         layout.addWidget(self.tokens)
         layout.addWidget(self.bar, 1)
+        layout.addWidget(self.documents)
         layout.addWidget(self.warning)
         layout.addWidget(self.policy)
         self._render()
@@ -122,22 +143,37 @@ class ContextMeter(QWidget):
             self.bar.fraction = 0.0
             self.warning.clear()
             self.warning.hide()
+            self.documents.clear()
+            self.documents.hide()
+            self._explain("")
         else:
             fraction = usage.used_tokens / usage.context_tokens
-            self.tokens.setText(
-                self.tr("{used} / {total} tokens").format(
-                    used=f"{usage.used_tokens:,}", total=f"{usage.context_tokens:,}"
+            used, total = f"{usage.used_tokens:,}", f"{usage.context_tokens:,}"
+            if usage.estimated:
+                self.tokens.setText(
+                    self.tr("≈ {used} / {total} tokens (estimate)").format(used=used, total=total)
                 )
-            )
+            else:
+                self.tokens.setText(self.tr("{used} / {total} tokens").format(used=used, total=total))
+            self.documents.setText(self._documents_text(usage))
+            self.documents.setVisible(bool(self.documents.text()))
+            self._explain(self._explanation(usage))
             self.bar.fraction = fraction
             over = usage.would_drop_messages > 0 or usage.used_tokens > usage.context_tokens
-            if over or fraction >= FULL_AT:
+            # A server is sent everything: it refuses a prompt that leaves no room for the whole reply.
+            over = over or (usage.estimated and not usage.fits)
+            # Passages of a searched file take what the context has left, by design: filling it that way is
+            # no reason for amber or red.
+            filled = (usage.used_tokens - usage.passage_tokens) / usage.context_tokens
+            if over or filled >= FULL_AT:
                 self.level = "full"
-            elif fraction >= WARN_AT:
+            elif filled >= WARN_AT:
                 self.level = "warn"
             else:
                 self.level = "ok"
-            if over and usage.policy == "refuse":
+            if over and usage.estimated:
+                self.warning.setText(self.tr("Probably too long for the server's context: it may refuse it"))
+            elif over and usage.policy == "refuse":
                 self.warning.setText(self.tr("Too long for the context window: Hearth will refuse to send"))
             elif usage.would_drop_messages > 0:
                 self.warning.setText(
@@ -151,4 +187,63 @@ class ContextMeter(QWidget):
         self.bar.track = QColor(theme.border)
         self.tokens.setStyleSheet(f"color: {colour if self.level in ('full', 'warn') else theme.muted};")
         self.warning.setStyleSheet(f"color: {theme.error};")
+        self.documents.setStyleSheet(f"color: {theme.muted};")
         self.bar.update()
+
+    def _documents_text(self, usage: Usage) -> str:
+        tokens = f"{usage.document_tokens:,}"
+        if usage.searched:
+            searched = self.tr(
+                "Documents: up to {tokens} tokens · %n file(s) searched, not sent whole",
+                "",
+                len(usage.searched),
+            )
+            return searched.format(tokens=tokens)
+        if usage.document_tokens > 0:
+            return self.tr("Documents: {tokens} tokens").format(tokens=tokens)
+        return ""
+
+    def _explanation(self, usage: Usage) -> str:
+        lines = []
+        if usage.document_tokens > 0:
+            lines.append(
+                self.tr("Documents take {tokens} of these tokens.").format(
+                    tokens=f"{usage.document_tokens:,}"
+                )
+            )
+        if usage.searched:
+            lines.append(
+                self.tr(
+                    "Too long to send whole, so searched when you send: {names}. Only the passages most "
+                    "relevant to your message go in, up to {tokens} tokens."
+                ).format(names=", ".join(usage.searched), tokens=f"{usage.passage_tokens:,}")
+            )
+        if usage.estimated:
+            total = f"{usage.context_tokens:,}"
+            lines.append(
+                self.tr("Estimated at about four characters a token: the server's own tokenizer is not here.")
+            )
+            if usage.context_source is ContextSource.SETTING:
+                lines.append(
+                    self.tr("The {total}-token context is this server's setting.").format(total=total)
+                )
+            elif usage.context_source is ContextSource.SERVER:
+                lines.append(
+                    self.tr("The {total}-token context is what the server reports for this model.").format(
+                        total=total
+                    )
+                )
+            else:
+                lines.append(
+                    self.tr(
+                        "The server does not report its context length, so {total} tokens is assumed: set "
+                        "the real one in Manage servers."
+                    ).format(total=total)
+                )
+        return "\n".join(lines)
+
+    def _explain(self, text: str) -> None:
+        # File names are the user's, not markup: shown as written.
+        tooltip = plain_tooltip(text)
+        for label in (self.tokens, self.documents, self.bar):
+            label.setToolTip(tooltip)

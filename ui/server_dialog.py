@@ -1,5 +1,5 @@
-"""Add server…: a name, the API address, an optional API key and CA bundle. The connection is tried (the
-server's model list) off the GUI thread, and the server is saved only when that works."""
+"""Add server…: a name, the API address, an optional API key, CA bundle and context length. The connection
+is tried (the server's model list) off the GUI thread, and the server is saved only when that works."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import shiboken6
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QCoreApplication, Qt, Signal
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -20,9 +20,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.errors import HearthError
 from app.qt.background import Background
 from app.remote.openai_client import ServerModel
-from app.remote.registry import Server, ServerRegistry
+from app.remote.registry import DEFAULT_SERVER_CONTEXT, Server, ServerRegistry, parse_context_tokens
 from app.secret_store import SecretResult
 from ui.dialogs import AskOpenPath, ask_open_path
 
@@ -75,6 +76,7 @@ class ServerDialog(QDialog):
         ca_row = QHBoxLayout()
         ca_row.addWidget(self.caEdit, 1)
         ca_row.addWidget(self.chooseCaButton)
+        self.contextEdit = context_edit()
 
         self.statusLabel = QLabel()
         self.statusLabel.setObjectName("serverStatus")
@@ -87,6 +89,7 @@ class ServerDialog(QDialog):
         form.addRow(self.tr("Address"), self.urlEdit)
         form.addRow(self.tr("API key"), self.keyEdit)
         form.addRow(self.tr("CA bundle"), ca_row)
+        form.addRow(self.tr("Context"), self.contextEdit)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.saveButton = self.buttons.addButton(
             self.tr("Connect and save"), QDialogButtonBox.ButtonRole.AcceptRole
@@ -118,12 +121,17 @@ class ServerDialog(QDialog):
         name, url = self.nameEdit.text(), self.urlEdit.text()
         key = self.keyEdit.text() or None
         ca = Path(self.caEdit.text().strip()) if self.caEdit.text().strip() else None
+        try:
+            context = parse_context_tokens(self.contextEdit.text())
+        except HearthError as exc:
+            self.statusLabel.setText(str(exc))
+            return
         registry = self._registry
         self._set_busy(True)
         self.statusLabel.setText(self.tr("Connecting to {url}…").format(url=url.strip()))
 
         def work() -> tuple[Server, list[ServerModel], SecretResult | None]:
-            return registry.connect(name, url, api_key=key, ca_bundle=ca)
+            return registry.connect(name, url, api_key=key, ca_bundle=ca, context_tokens=context)
 
         self._network.call(work, self._connected, self._failed, operation="connecting to a new server")
 
@@ -145,5 +153,24 @@ class ServerDialog(QDialog):
     def _set_busy(self, busy: bool) -> None:
         self._busy = busy
         self.saveButton.setEnabled(not busy)
-        for edit in (self.nameEdit, self.urlEdit, self.keyEdit, self.caEdit):
+        for edit in (self.nameEdit, self.urlEdit, self.keyEdit, self.caEdit, self.contextEdit):
             edit.setReadOnly(busy)
+
+
+def context_edit() -> QLineEdit:
+    """Where a server's context length is typed: blank for what the server reports."""
+    edit = QLineEdit()
+    edit.setObjectName("serverContext")
+    edit.setPlaceholderText(
+        QCoreApplication.translate(
+            "ServerDialog", "automatic: what the server reports, else {tokens}"
+        ).format(tokens=f"{DEFAULT_SERVER_CONTEXT:,}")
+    )
+    edit.setToolTip(
+        QCoreApplication.translate(
+            "ServerDialog",
+            "The tokens of prompt and reply together that the server's models take. Attached documents are "
+            "planned to fit in it: whole when they fit, searched passages when not.",
+        )
+    )
+    return edit

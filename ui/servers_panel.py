@@ -1,5 +1,6 @@
 """Manage servers…: the servers the user added, whether each answers and with how many models, where its
-API key is kept; remove one, change or remove its key, change its CA bundle, list its models again.
+API key is kept, the context its models are planned for; remove one, change or remove its key, change its
+CA bundle or context length, list its models again.
 
 The work happens in app.qt.servers_service off the GUI thread; this dialog asks and shows the answers.
 """
@@ -27,14 +28,14 @@ from PySide6.QtWidgets import (
 from app.errors import HearthError
 from app.qt.servers_service import Removal, ServerEntry, ServersService
 from app.remote.openai_client import is_loopback
-from app.remote.registry import Server, check_key_text
+from app.remote.registry import DEFAULT_SERVER_CONTEXT, Server, check_key_text, parse_context_tokens
 from app.secret_store import SecretResult
 from inference.protocol import ErrorKind
 from ui.dialogs import AskOpenPath, ConfirmAction
 from ui.library_widgets import plain_label, push_button
-from ui.server_dialog import CA_FILES
+from ui.server_dialog import CA_FILES, context_edit
 
-NAME, ADDRESS, STATE, KEY, CA = range(5)
+NAME, ADDRESS, STATE, KEY, CA, CONTEXT = range(6)
 
 
 def plain_tooltip(text: str) -> str:
@@ -114,6 +115,48 @@ class KeyDialog(QDialog):
         self.accept()
 
 
+class ContextDialog(QDialog):
+    """Asks for a server's context length; blank (or "auto") for what the server reports."""
+
+    # The tokens, or None for automatic.
+    entered = Signal(object)
+
+    def __init__(self, server: Server, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("serverContextDialog")
+        self.setWindowTitle(self.tr("Context of {server}").format(server=server.name))
+        self.contextEdit = context_edit()
+        if server.context_tokens is not None:
+            self.contextEdit.setText(str(server.context_tokens))
+        self.noteLabel = plain_label("serverContextNote")
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.saveButton = self.buttons.addButton(self.tr("Save"), QDialogButtonBox.ButtonRole.AcceptRole)
+        self.saveButton.setObjectName("saveServerContext")
+        self.saveButton.setDefault(True)
+        self.buttons.accepted.connect(self._save)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        self.askLabel = plain_label("serverContextAsk")
+        self.askLabel.setText(
+            self.tr(
+                "Tokens of prompt and reply together for the models of {server} (blank: automatic):"
+            ).format(server=server.name)
+        )
+        layout.addWidget(self.askLabel)
+        layout.addWidget(self.contextEdit)
+        layout.addWidget(self.noteLabel)
+        layout.addWidget(self.buttons)
+
+    def _save(self) -> None:
+        try:
+            tokens = parse_context_tokens(self.contextEdit.text())
+        except HearthError as exc:
+            self.noteLabel.setText(str(exc))
+            return
+        self.entered.emit(tokens)
+        self.accept()
+
+
 class ServersDialog(QDialog):
     # Asked to add a server: the window opens Add server…
     addRequested = Signal()
@@ -134,6 +177,7 @@ class ServersDialog(QDialog):
         # A change was asked for and its answer is not in yet: the change buttons wait for it.
         self._pending = False
         self.keyDialog: KeyDialog | None = None
+        self.contextDialog: ContextDialog | None = None
         self.resize(760, 360)
 
         self.serverList = QTreeWidget()
@@ -151,6 +195,7 @@ class ServersDialog(QDialog):
         self.removeKeyButton = push_button("removeServerKey")
         self.changeCaButton = push_button("changeServerCa")
         self.systemCaButton = push_button("systemServerCa")
+        self.changeContextButton = push_button("changeServerContext")
         self.removeButton = push_button("removeServer")
         self.addButton = push_button("addServer")
         actions = QGridLayout()
@@ -162,6 +207,7 @@ class ServersDialog(QDialog):
                 self.addButton,
                 self.changeCaButton,
                 self.systemCaButton,
+                self.changeContextButton,
                 self.removeButton,
             )
         ):
@@ -182,19 +228,28 @@ class ServersDialog(QDialog):
         self.removeKeyButton.clicked.connect(self.remove_key)
         self.changeCaButton.clicked.connect(self.change_ca_bundle)
         self.systemCaButton.clicked.connect(self.use_system_cas)
+        self.changeContextButton.clicked.connect(self.change_context)
         self.removeButton.clicked.connect(self.remove)
         self.addButton.clicked.connect(self.addRequested)
         service.changed.connect(self._show_entries)
         service.removed.connect(self._on_removed)
         service.keyChanged.connect(self._on_key_changed)
         service.caChanged.connect(self._on_ca_changed)
+        service.contextChanged.connect(self._on_context_changed)
         service.failed.connect(self._on_failed)
         self.retranslate()
 
     def retranslate(self) -> None:
         self.setWindowTitle(self.tr("Servers"))
         self.serverList.setHeaderLabels(
-            [self.tr("Name"), self.tr("Address"), self.tr("Models"), self.tr("API key"), self.tr("CA bundle")]
+            [
+                self.tr("Name"),
+                self.tr("Address"),
+                self.tr("Models"),
+                self.tr("API key"),
+                self.tr("CA bundle"),
+                self.tr("Context"),
+            ]
         )
         self.emptyLabel.setText(self.tr("No servers yet: add one that speaks the OpenAI API."))
         self.refreshButton.setText(self.tr("&Refresh models"))
@@ -203,6 +258,12 @@ class ServersDialog(QDialog):
         self.removeKeyButton.setText(self.tr("Remove k&ey"))
         self.changeCaButton.setText(self.tr("Change &CA bundle…"))
         self.systemCaButton.setText(self.tr("Use the &system's CAs"))
+        self.changeContextButton.setText(self.tr("Change con&text…"))
+        self.changeContextButton.setToolTip(
+            self.tr(
+                "The context length its models are planned for, when the server does not say or says wrong"
+            )
+        )
         self.removeButton.setText(self.tr("Re&move…"))
         self.addButton.setText(self.tr("&Add server…"))
         self._show_entries()
@@ -230,7 +291,7 @@ class ServersDialog(QDialog):
         view.clear()
         for entry in entries:
             item = QTreeWidgetItem(
-                [entry.server.name, entry.server.url, self._state_text(entry), self._key_text(entry), ""]
+                [entry.server.name, entry.server.url, self._state_text(entry), self._key_text(entry), "", ""]
             )
             item.setData(NAME, Qt.ItemDataRole.UserRole, entry.server.name)
             if entry.error is not None:
@@ -238,6 +299,9 @@ class ServersDialog(QDialog):
             bundle = entry.server.ca_bundle
             item.setText(CA, Path(bundle).name if bundle else self.tr("System"))
             item.setToolTip(CA, plain_tooltip(bundle or self.tr("The system's certificate authorities")))
+            text, why = self._context_text(entry)
+            item.setText(CONTEXT, text)
+            item.setToolTip(CONTEXT, why)
             view.addTopLevelItem(item)
             if entry.server.name == chosen or (chosen is None and view.topLevelItemCount() == 1):
                 item.setSelected(True)
@@ -255,6 +319,21 @@ class ServersDialog(QDialog):
         if entry.models is None:
             return ""
         return str(len(entry.models))
+
+    def _context_text(self, entry: ServerEntry) -> tuple[str, str]:
+        """The context the server's models are planned for, and where the figure comes from."""
+        setting = entry.server.context_tokens
+        if setting is not None:
+            return f"{setting:,}", self.tr("Set for this server")
+        reported = {m.context_tokens for m in entry.models or () if m.context_tokens is not None}
+        if len(reported) == 1:
+            return f"{next(iter(reported)):,}", self.tr("What the server reports")
+        if reported:
+            return self.tr("Per model"), self.tr("What the server reports for each model")
+        default = f"{DEFAULT_SERVER_CONTEXT:,}"
+        return default, self.tr("The server does not report its context length: {tokens} is assumed").format(
+            tokens=default
+        )
 
     def _key_text(self, entry: ServerEntry) -> str:
         key = entry.key
@@ -290,7 +369,12 @@ class ServersDialog(QDialog):
         entry = self.selected()
         ready = entry is not None and not self._pending
         has_key = entry is not None and entry.key is not None and entry.key.present
-        for button in (self.changeKeyButton, self.changeCaButton, self.removeButton):
+        for button in (
+            self.changeKeyButton,
+            self.changeCaButton,
+            self.changeContextButton,
+            self.removeButton,
+        ):
             button.setEnabled(ready)
         self.removeKeyButton.setEnabled(ready and has_key)
         self.systemCaButton.setEnabled(ready and entry is not None and entry.server.ca_bundle is not None)
@@ -339,6 +423,17 @@ class ServersDialog(QDialog):
         if entry is not None:
             name = entry.server.name
             self._change(lambda: self._service.set_ca_bundle(name, None))
+
+    def change_context(self) -> None:
+        entry = self.selected()
+        if entry is None:
+            return
+        dialog = ContextDialog(entry.server, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        name = entry.server.name
+        dialog.entered.connect(lambda tokens: self._change(lambda: self._service.set_context(name, tokens)))
+        self.contextDialog = dialog
+        dialog.open()
 
     def remove(self) -> None:
         entry = self.selected()
@@ -403,6 +498,20 @@ class ServersDialog(QDialog):
             self._done(
                 self.tr("{server} is checked against the CAs in {path}.").format(
                     server=server.name, path=server.ca_bundle
+                )
+            )
+
+    def _on_context_changed(self, server: Server) -> None:
+        if server.context_tokens is None:
+            self._done(
+                self.tr(
+                    "{server}'s models are planned for the context it reports, else {tokens} tokens."
+                ).format(server=server.name, tokens=f"{DEFAULT_SERVER_CONTEXT:,}")
+            )
+        else:
+            self._done(
+                self.tr("{server}'s models are planned for {tokens} tokens.").format(
+                    server=server.name, tokens=f"{server.context_tokens:,}"
                 )
             )
 

@@ -5,17 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
 
 from app.conversations.records import Message
 from app.conversations.store import PartInput
 from app.documents.context import AttachedText, DocumentContext, Passage, plan
 from app.documents.library import Attachment, DocumentLibrary
 from app.errors import HearthError
-
-# A server that reports no context length is planned for this many tokens (a per-server setting may raise
-# it); vLLM's /v1/models gives max_model_len.
-DEFAULT_SERVER_CONTEXT: Final = 8192
 
 
 @dataclass(frozen=True)
@@ -47,7 +42,10 @@ def prepare(
     *,
     budget_tokens: int,
     count_tokens: Callable[[str], int],
+    search: bool = True,
 ) -> PreparedDocuments | None:
+    """The turn's documents planned into `budget_tokens`. `search` False: the plan the context meter shows
+    before Send, the same except that nothing is searched (see app.documents.context.plan)."""
     if documents.empty:
         return None
     if library is None:
@@ -56,7 +54,7 @@ def prepare(
         )
     texts = [library.attached_text(a.name, a.sha256) for a in documents.attachments]
     found: list[Passage] = []
-    for name in documents.collections:
+    for name in documents.collections if search else ():
         found += library.search_collection(name, question)
     context = plan(
         question,
@@ -66,6 +64,7 @@ def prepare(
         retrieve=library.retrieve,
         collection_passages=found,
         collection_names=documents.collections,
+        search=search,
     )
     whole = {doc.sha256 for doc in context.whole}
     prompt_parts = tuple(
@@ -101,6 +100,23 @@ def prepare(
         for p in context.passages
     )
     return PreparedDocuments(context, prompt_parts, reply_parts)
+
+
+def prompt_attachments(message: Message) -> tuple[Attachment, ...]:
+    """The files a stored prompt was sent with, as they are attached to a new one (editing it)."""
+    return tuple(
+        Attachment(
+            part.name or "attachment",
+            part.file_sha256,
+            part.mime_type or "application/octet-stream",
+            part.size_bytes or 0,
+            str(part.meta.get("kind", "text")),
+            pages if isinstance(pages := part.meta.get("pages"), int) else None,
+            chars if isinstance(chars := part.meta.get("chars"), int) else 0,
+        )
+        for part in message.attachments
+        if part.file_sha256
+    )
 
 
 def as_the_model_read_it(message: Message, library: DocumentLibrary | None) -> str:

@@ -14,7 +14,6 @@ from typing import Any
 
 from app.chat.context_fit import Fitted, check_policy, fit, reply_reserve
 from app.chat.documents import (
-    DEFAULT_SERVER_CONTEXT,
     PreparedDocuments,
     TurnDocuments,
     as_the_model_read_it,
@@ -41,7 +40,7 @@ from app.errors import (
 )
 from app.library.installed import InstalledModel, ModelLibrary
 from app.remote.openai_client import StreamCancel, request_sampling
-from app.remote.registry import Server, ServerRegistry
+from app.remote.registry import ContextSource, Server, ServerRegistry
 from app.settings import GLOBAL_SAMPLING, Settings, SettingsStore
 from app.storage.orm import MessageStatus
 from inference.client import RunnerClient, RunnerError
@@ -73,8 +72,6 @@ log = logging.getLogger("hearth.engine")
 FLUSH_INTERVAL_S = 0.3
 FINAL_WRITE_ATTEMPTS = 5
 FINAL_WRITE_BACKOFF_S = 0.5
-# Room kept free for the reply when deciding whether a conversation fits: its max_tokens, but never more
-# than this share of the context (a 4,096-token reply would otherwise leave no room in a 4,096 context).
 NO_DOCUMENTS = TurnDocuments()
 
 
@@ -121,12 +118,28 @@ class GenerationSettings:
 
 @dataclass(frozen=True)
 class ContextUsage:
-    used_tokens: int  # the whole prompt as it stands (history + draft), counted by the model's tokenizer
-    context_tokens: int  # the loaded context length
+    # The whole prompt as the next Send would make it (history, draft, its documents), counted by the
+    # model's tokenizer with its template, or estimated for a server's model.
+    used_tokens: int
+    context_tokens: int  # the loaded context length, or the server's (see ServerRegistry.context_for)
     would_drop_messages: int  # how many earlier messages drop_oldest would leave out (0 under "refuse")
     policy: str  # Settings.overflow_policy
     reserve_tokens: int = 0  # kept free for the reply
     fits: bool = True  # used_tokens + reserve_tokens fit without leaving anything out
+    # Of used_tokens, what documents take: the draft's attachments and earlier prompts' files that go in
+    # again whole, with their framing.
+    document_tokens: int = 0
+    # The draft's attachments too long to go whole: searched at Send, and only passages go in. Of
+    # document_tokens, `passage_tokens` is the most those passages can take (they are not looked up here).
+    searched: tuple[str, ...] = ()
+    passage_tokens: int = 0
+    # A server's model: counted with app.documents.chunking.estimate_tokens (its tokenizer is not here);
+    # `context_source` says where its context length comes from. None for a local model.
+    context_source: ContextSource | None = None
+
+    @property
+    def estimated(self) -> bool:
+        return self.context_source is not None
 
 
 class TurnCallbacks:
@@ -151,6 +164,11 @@ class TurnCallbacks:
 
     def model_status(self, status: ModelStatus) -> None:
         pass
+
+
+def _estimate(messages: Sequence[ChatMessage]) -> int:
+    """A server's prompt, estimated: its tokenizer and template are not here."""
+    return sum(estimate_tokens(m.content) for m in messages)
 
 
 def _joined_notes(*notes: str | None) -> str | None:
@@ -478,10 +496,13 @@ class ChatEngine:
         *,
         sampling: SamplingParams | None = None,
         callbacks: TurnCallbacks | None = None,
+        documents: TurnDocuments | None = None,
     ) -> TurnResult:
         """Ask again with different words: a new prompt beside the edited one (a new branch), then a reply.
 
-        The edited prompt and everything that followed it stay, on their own branch.
+        The edited prompt and everything that followed it stay, on their own branch. `documents` go with the
+        new prompt: the window passes the edited prompt's files again, less those the user took off and
+        with those added (app.chat.documents.prompt_attachments).
         """
         with self._queue.turn(Job(interactive=True)):
             target = self.store.get_message(message_id)
@@ -497,6 +518,7 @@ class ChatEngine:
                 system_prompt=None,
                 sampling=sampling,
                 callbacks=callbacks or TurnCallbacks(),
+                documents=documents or NO_DOCUMENTS,
             )
 
     def measure_context(
@@ -505,26 +527,41 @@ class ChatEngine:
         draft_text: str,
         model_name: str,
         callbacks: TurnCallbacks | None = None,
+        *,
+        documents: TurnDocuments | None = None,
+        replacing: int | None = None,
     ) -> ContextUsage:
-        """How much of the context the conversation plus the draft would use, as the next Send would see it.
+        """How much of the context the conversation plus the draft and its `documents` would use, as the next
+        Send would see it: the same plan as the turn's, except that files too long to go whole are not
+        searched (the most their passages can take is counted instead). `replacing`: the user message being
+        edited, whose new version follows what it followed.
 
-        Loads the model if needed: the count comes from its own template and tokenizer.
+        Loads a local model if needed: the count comes from its own template and tokenizer. A server's
+        model is estimated, against the context ServerRegistry.context_for gives.
         """
+        documents = documents or NO_DOCUMENTS
         with self._queue.turn(Job()):
-            if self.remote_target(model_name) is not None:
-                # The server enforces its own context and its tokenizer is not here to count with.
-                raise HearthError(f"{model_name} is on a server: its context is not measured here.")
             conversation = (
                 self.store.get_conversation(conversation_id) if conversation_id is not None else None
             )
             resolved = self.generation_settings(conversation, model_name)
+            path = self._path_for_draft(conversation, replacing)
+            # Attached files count before anything is typed: the user sees what they cost.
+            draft = draft_text if draft_text.strip() or not documents.empty else None
+            target = self.remote_target(model_name)
+            if target is not None:
+                return self._measure_remote(target, resolved, path, draft, documents)
             self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length)
-            path = self.store.list_messages(conversation.id) if conversation is not None else []
-            messages = self._prompt_messages(
-                resolved.system_prompt, path, draft_text if draft_text.strip() else None
+            system = resolved.system_prompt
+            messages = self._prompt_messages(system, path, draft)
+            max_tokens = resolved.sampling.max_tokens
+            prepared, fitted = self._plan_local(
+                messages, draft, documents, max_tokens, bool(system), search=False
             )
-            fitted = self._fit(messages, bool(resolved.system_prompt), resolved.sampling.max_tokens)
+            plain = self._prompt_messages(system, path, draft, with_documents=False)
+            document_tokens = fitted.used_tokens - self._count(plain).n_tokens if plain != messages else 0
             policy = self.settings.overflow_policy
+            context = prepared.context if prepared is not None else None
             return ContextUsage(
                 used_tokens=fitted.used_tokens,
                 context_tokens=fitted.context_tokens,
@@ -532,7 +569,53 @@ class ChatEngine:
                 policy=policy,
                 reserve_tokens=fitted.reserve_tokens,
                 fits=fitted.used_tokens + fitted.reserve_tokens <= fitted.context_tokens,
+                document_tokens=document_tokens,
+                searched=context.searched_attachments if context else (),
+                passage_tokens=context.unsearched_tokens if context else 0,
             )
+
+    def _path_for_draft(self, conversation: Conversation | None, replacing: int | None) -> list[Message]:
+        """The messages the draft follows: the open branch, or what the message being edited followed."""
+        if conversation is None:
+            return []
+        if replacing is not None:
+            edited = self.store.get_message(replacing)
+            if edited.conversation_id == conversation.id and edited.role == "user":
+                return self.store.path_to(edited.parent_id) if edited.parent_id is not None else []
+        return self.store.list_messages(conversation.id)
+
+    def _measure_remote(
+        self,
+        target: tuple[Server, str],
+        resolved: GenerationSettings,
+        path: list[Message],
+        draft: str | None,
+        documents: TurnDocuments,
+    ) -> ContextUsage:
+        assert self.servers is not None
+        server, remote_model = target
+        context = self.servers.context_for(server, remote_model)
+        max_tokens = resolved.sampling.max_tokens
+        listed = self._prompt_messages(resolved.system_prompt, path, draft)
+        prepared = self._plan_remote_documents(
+            listed, draft, documents, context.tokens, max_tokens, search=False
+        )
+        unsearched = prepared.context.unsearched_tokens if prepared is not None else 0
+        used = _estimate(listed) + unsearched
+        plain = self._prompt_messages(resolved.system_prompt, path, draft, with_documents=False)
+        return ContextUsage(
+            used_tokens=used,
+            context_tokens=context.tokens,
+            # The server is sent the whole conversation: it keeps or refuses it, Hearth leaves nothing out.
+            would_drop_messages=0,
+            policy=self.settings.overflow_policy,
+            reserve_tokens=max_tokens,
+            fits=used + max_tokens <= context.tokens,
+            document_tokens=used - _estimate(plain),
+            searched=prepared.context.searched_attachments if prepared is not None else (),
+            passage_tokens=unsearched,
+            context_source=context.source,
+        )
 
     def _reply(
         self,
@@ -569,10 +652,9 @@ class ChatEngine:
         assert model is not None
         system = system_prompt if system_prompt is not None else resolved.system_prompt
         messages = self._prompt_messages(system, path, prompt)
-        prepared = self._prepare_documents(messages, prompt, documents, sampling.max_tokens)
-        if prepared is not None and prompt is not None:
-            messages[-1] = ChatMessage("user", prepared.prompt(prompt))
-        fitted = self._fit(messages, bool(system), sampling.max_tokens)
+        prepared, fitted = self._plan_local(
+            messages, prompt, documents, sampling.max_tokens, bool(system), search=True
+        )
         self._check_policy(fitted)
         note = _joined_notes(prepared.context.note if prepared else None, fitted.note())
         turn = self._begin_turn(
@@ -627,10 +709,40 @@ class ChatEngine:
             reply_parts=prepared.reply_parts if prepared else (),
         )
 
+    def _plan_local(
+        self,
+        messages: list[ChatMessage],
+        prompt: str | None,
+        documents: TurnDocuments,
+        max_tokens: int,
+        has_system: bool,
+        *,
+        search: bool,
+    ) -> tuple[PreparedDocuments | None, Fitted]:
+        """The turn's documents planned into what the context has left, by the loaded model's own tokenizer,
+        put into the prompt (`messages`' last), and the prompt fitted into the context. The turn and the
+        context meter both plan here; the meter does not `search`, and counts the most the passages can take
+        in their place."""
+        prepared = self._prepare_documents(messages, prompt, documents, max_tokens, search=search)
+        if prepared is not None and prompt is not None:
+            messages[-1] = ChatMessage("user", prepared.prompt(prompt))
+        unsearched = prepared.context.unsearched_tokens if prepared is not None else 0
+
+        def count(candidate: Sequence[ChatMessage]) -> TokenCount:
+            counted = self._count(candidate)
+            return dataclasses.replace(counted, n_tokens=counted.n_tokens + unsearched)
+
+        return prepared, fit(messages, has_system, max_tokens, count if unsearched else self._count)
+
     def _prepare_documents(
-        self, messages: list[ChatMessage], prompt: str | None, documents: TurnDocuments, max_tokens: int
+        self,
+        messages: list[ChatMessage],
+        prompt: str | None,
+        documents: TurnDocuments,
+        max_tokens: int,
+        *,
+        search: bool,
     ) -> PreparedDocuments | None:
-        """Plan the documents into what the context has left with the loaded model's own tokenizer."""
         if prompt is None or documents.empty:
             return None
         counted = self._count(messages)
@@ -646,7 +758,35 @@ class ChatEngine:
             prompt,
             budget_tokens=budget(counted.n_ctx, counted.n_tokens, reserve),
             count_tokens=count_tokens,
+            search=search,
         )
+
+    def _plan_remote_documents(
+        self,
+        listed: list[ChatMessage],
+        prompt: str | None,
+        documents: TurnDocuments,
+        context_tokens: int,
+        max_tokens: int,
+        *,
+        search: bool,
+    ) -> PreparedDocuments | None:
+        """For a server's model: the documents planned into what its context leaves after the prompt and the
+        whole reply (the server refuses a prompt plus max_tokens over its context), by an estimate of their
+        tokens, and put into the prompt (`listed`' last). The turn and the context meter both plan here."""
+        if prompt is None or documents.empty:
+            return None
+        prepared = prepare(
+            self.documents,
+            documents,
+            prompt,
+            budget_tokens=budget(context_tokens, _estimate(listed), max_tokens),
+            count_tokens=estimate_tokens,
+            search=search,
+        )
+        if prepared is not None:
+            listed[-1] = ChatMessage("user", prepared.prompt(prompt))
+        return prepared
 
     def _reply_remote(
         self,
@@ -662,9 +802,9 @@ class ChatEngine:
         documents: TurnDocuments,
     ) -> TurnResult:
         """The same turn answered by a server: no local load and no token count (the server enforces its
-        own context; documents are planned for it with an estimate of their tokens). A server that cannot
-        be reached or refuses the request raises RemoteError before anything is stored, like an unusable
-        local model."""
+        own context; documents are planned for its context, ServerRegistry.context_for, with an estimate of
+        their tokens). A server that cannot be reached or refuses the request raises RemoteError before
+        anything is stored, like an unusable local model."""
         assert self.servers is not None
         server, remote_model = target
         resolved = self.generation_settings(conversation, model_name)
@@ -673,16 +813,11 @@ class ChatEngine:
         listed = self._prompt_messages(system, path, prompt)
         prepared = None
         if prompt is not None and not documents.empty:
-            used = sum(estimate_tokens(m.content) for m in listed)
-            prepared = prepare(
-                self.documents,
-                documents,
-                prompt,
-                budget_tokens=budget(DEFAULT_SERVER_CONTEXT, used, sampling.max_tokens),
-                count_tokens=estimate_tokens,
+            # Asked only for documents: a turn without them has nothing to plan (the server keeps the rest).
+            context = self.servers.context_for(server, remote_model)
+            prepared = self._plan_remote_documents(
+                listed, prompt, documents, context.tokens, sampling.max_tokens, search=True
             )
-            if prepared is not None:
-                listed[-1] = ChatMessage("user", prepared.prompt(prompt))
         messages = tuple(listed)
         self._remote_server = server
         callbacks.model_status(self.status())
@@ -718,10 +853,12 @@ class ChatEngine:
             stream.close()
 
     def _prompt_messages(
-        self, system: str | None, path: list[Message], prompt: str | None
+        self, system: str | None, path: list[Message], prompt: str | None, *, with_documents: bool = True
     ) -> list[ChatMessage]:
+        """Without documents: earlier prompts without the files that go in again (what they cost is the
+        difference)."""
         messages = [ChatMessage("system", system)] if system else []
-        messages += history_for_prompt(path, self.documents)
+        messages += history_for_prompt(path, self.documents if with_documents else None)
         if prompt is not None:
             messages.append(ChatMessage("user", prompt))
         return messages
@@ -733,9 +870,6 @@ class ChatEngine:
             if exc.kind is ErrorKind.RUNNER_CRASHED and self._model is not None:
                 self._runner_crashed(self._model.name, exc.message)
             raise HearthError(f"Could not measure the prompt: {exc.message}") from exc
-
-    def _fit(self, messages: list[ChatMessage], has_system: bool, max_tokens: int) -> Fitted:
-        return fit(messages, has_system, max_tokens, self._count)
 
     def _check_policy(self, fitted: Fitted) -> None:
         check_policy(fitted, self.settings.overflow_policy)

@@ -47,7 +47,9 @@ class Chat(Protocol):
 
     def regenerate(self, message_id: int, model_name: str) -> object: ...
 
-    def edit(self, message_id: int, new_text: str, model_name: str) -> object: ...
+    def edit(
+        self, message_id: int, new_text: str, model_name: str, *, documents: TurnDocuments | None = None
+    ) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,8 @@ class Request:
     conversation_id: int | None
     text: str = ""
     target: int | None = None
-    # The files sent with a new message (stored already), handed back with the prompt if it never starts.
+    # The files sent with a new message or a new version of one (stored already), handed back with the
+    # prompt if it never starts.
     attachments: tuple[Attachment, ...] = ()
 
 
@@ -355,19 +358,18 @@ class ChatSession:
         return bool(prompt.strip()) and not self._chat.busy and self.pending is None
 
     def send(self, prompt: str, attachments: tuple[Attachment, ...] = ()) -> None:
-        """The composer's text, as a new message or (while editing) a new version of one.
-
-        `attachments` go with a new message only: an edited prompt keeps the files of the one it replaces
-        out (the engine's edit takes none), so the window holds them back while editing."""
+        """The composer's text, as a new message or (while editing) a new version of one, with the files
+        attached to it: while editing, those of the edited message (`editing_changed` hands them to the
+        window, app.chat.documents.prompt_attachments) as the user left them."""
         assert self.model is not None and self.can_send(prompt) and not self._creating
+        documents = TurnDocuments(attachments) if attachments else None
         if self.editing is not None:
             target = self.editing
             self.cancel_edit()
-            self.pending = Request("edit", self.current_id, prompt, target)
-            self._chat.edit(target, prompt, self.model)
+            self.pending = Request("edit", self.current_id, prompt, target, attachments)
+            self._chat.edit(target, prompt, self.model, documents=documents)
         else:
             self.pending = Request("send", self.current_id, prompt, attachments=attachments)
-            documents = TurnDocuments(attachments) if attachments else None
             self._chat.send(self.current_id, prompt, self.model, documents=documents)
 
     def regenerate(self, message_id: int) -> None:

@@ -13,6 +13,7 @@ from app.cli.errors import EXIT_OK
 from app.cli.output import print_json
 from app.errors import HearthError
 from app.paths import HearthPaths
+from app.remote.registry import DEFAULT_SERVER_CONTEXT, parse_context_tokens
 
 if TYPE_CHECKING:
     from app.remote.registry import ServerRegistry
@@ -42,6 +43,17 @@ def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="trust the CAs in this PEM file (for an internal server's certificate)",
     )
+    # Checked by the registry, not argparse: a bad value is a one-line error (exit 3) like a bad address.
+    context_help = (
+        "plan its models for N tokens of prompt and reply (default: auto, what the server reports, else "
+        f"{DEFAULT_SERVER_CONTEXT:,})"
+    )
+    servers_add.add_argument("--context", metavar="N", help=context_help)
+    servers_edit = servers_sub.add_parser(
+        "edit", parents=[common], help="change a server's settings, keeping its address and key"
+    )
+    servers_edit.add_argument("name", metavar="NAME")
+    servers_edit.add_argument("--context", metavar="N", required=True, help=context_help)
     servers_list = servers_sub.add_parser(
         "list", parents=[common], help="the servers added, and whether a key is stored"
     )
@@ -62,6 +74,8 @@ def run(paths: HearthPaths, args: argparse.Namespace, out: TextIO, err: TextIO) 
     action = args.servers_command
     if action == "add":
         return _cmd_add(registry, args, out, err)
+    if action == "edit":
+        return _cmd_edit(registry, args, out)
     if action == "remove":
         return _cmd_remove(registry, args, out)
     if action == "models":
@@ -82,16 +96,28 @@ def _cmd_add(registry: ServerRegistry, args: argparse.Namespace, out: TextIO, er
     from app.remote.openai_client import is_loopback
 
     # Checked before the key is asked for, so a typo does not cost the user a paste.
-    registry.check(args.name, args.url, Path(args.ca_bundle) if args.ca_bundle else None)
+    context = parse_context_tokens(args.context) if args.context is not None else None
+    bundle = Path(args.ca_bundle) if args.ca_bundle else None
+    registry.check(args.name, args.url, bundle, context)
     key = _read_api_key(args.name, err) if args.api_key_from_stdin else None
-    server, stored = registry.add(
-        args.name, args.url, api_key=key, ca_bundle=Path(args.ca_bundle) if args.ca_bundle else None
-    )
+    server, stored = registry.add(args.name, args.url, api_key=key, ca_bundle=bundle, context_tokens=context)
     out.write(f"Added {server.name}: {server.url}; its models are {server.name}/MODEL.\n")
     if key is not None and server.url.startswith("http:") and not is_loopback(server.url):
         err.write("note: the address is not https: the API key and the chats travel unencrypted.\n")
     if stored is not None and not stored.persisted:
         raise HearthError(f"the API key was not saved: {stored.reason}")
+    return EXIT_OK
+
+
+def _cmd_edit(registry: ServerRegistry, args: argparse.Namespace, out: TextIO) -> int:
+    server = registry.set_context_tokens(args.name, parse_context_tokens(args.context))
+    if server.context_tokens is None:
+        out.write(
+            f"{server.name}'s models are planned for the context it reports, else "
+            f"{DEFAULT_SERVER_CONTEXT:,} tokens.\n"
+        )
+    else:
+        out.write(f"{server.name}'s models are planned for {server.context_tokens:,} tokens.\n")
     return EXIT_OK
 
 
@@ -112,7 +138,15 @@ def _cmd_models(registry: ServerRegistry, args: argparse.Namespace, out: TextIO)
                 "server": server.name,
                 "url": server.url,
                 "models": [
-                    {"id": m.id, "name": f"{server.name}/{m.id}", "owned_by": m.owned_by} for m in models
+                    {
+                        "id": m.id,
+                        "name": f"{server.name}/{m.id}",
+                        "owned_by": m.owned_by,
+                        # What the model is planned for, and where that comes from.
+                        "context_tokens": (planned := registry.context_for(server, m.id)).tokens,
+                        "context_source": planned.source.value,
+                    }
+                    for m in models
                 ],
             },
             out,
@@ -133,6 +167,7 @@ def _cmd_list(registry: ServerRegistry, args: argparse.Namespace, out: TextIO) -
                 "name": server.name,
                 "url": server.url,
                 "ca_bundle": server.ca_bundle,
+                "context_tokens": server.context_tokens,
                 "api_key": {"stored": status.present, "where": where, "backend": status.backend},
                 "problem": status.reason or None,
             }
@@ -145,7 +180,8 @@ def _cmd_list(registry: ServerRegistry, args: argparse.Namespace, out: TextIO) -
     for row in rows:
         key = f"key in the {row['api_key']['where']}" if row["api_key"]["stored"] else "no key"
         bundle = f"\tCA bundle {row['ca_bundle']}" if row["ca_bundle"] else ""
-        out.write(f"{row['name']}\t{row['url']}\t{key}{bundle}\n")
+        context = f"\tcontext {row['context_tokens']:,}" if row["context_tokens"] else ""
+        out.write(f"{row['name']}\t{row['url']}\t{key}{bundle}{context}\n")
         if row["problem"]:
             out.write(f"  keyring: {row['problem']}\n")
     return EXIT_OK

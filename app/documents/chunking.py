@@ -19,6 +19,9 @@ from app.documents.model import ExtractedDocument
 
 TokenCounter = Callable[[str], int]
 
+# A passage's length at most by `estimate_tokens`: e5's 512-token window leaves room for its error.
+PASSAGE_TOKENS: Final = 400
+
 # Ideographs, kana, bopomofo and CJK punctuation: scripts written without spaces between words.
 _IDEOGRAPHIC: Final = (
     "\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u312f\u3190-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
@@ -64,7 +67,7 @@ class _Span:
 def chunk(
     doc: ExtractedDocument,
     *,
-    target_tokens: int = 400,
+    target_tokens: int = PASSAGE_TOKENS,
     overlap_tokens: int = 60,
     count_tokens: TokenCounter | None = None,
 ) -> list[Chunk]:

@@ -6,6 +6,8 @@ in, with the reply saying so. Collections are always searched.
 
 The budget is what the context has left after the system prompt, the history that would be kept and the
 reply's reserve (the engine works it out with the loaded model's tokenizer, or from the server's context).
+The context meter makes the same plan before Send without searching (that would embed a long file on every
+pause in typing): it is told what the passages may take at most instead.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
+
+from app.documents.chunking import PASSAGE_TOKENS
 
 # Passages given to the model at most, whatever the budget: more dilutes the answer (peers give 3-8).
 MAX_PASSAGES: Final = 8
@@ -51,6 +55,9 @@ class DocumentContext:
     passages: tuple[Passage, ...] = ()
     retrieved_from: tuple[str, ...] = ()  # attachments searched because they did not fit, and collections
     note: str | None = None  # for the reply: what was searched instead of read whole
+    # Planned without searching: the most the passages would take, not in the prompt (0 when searched).
+    unsearched_tokens: int = 0
+    searched_attachments: tuple[str, ...] = ()  # the attachments among retrieved_from
 
     @property
     def empty(self) -> bool:
@@ -62,13 +69,18 @@ class DocumentContext:
             return question
         blocks = [INSTRUCTION]
         blocks += [_document_block(doc.name, None, doc.text) for doc in self.whole]
-        if self.passages:
-            blocks.append("Passages found in " + ", ".join(self.retrieved_from) + ", most relevant first:")
+        # Planned without searching, the passages are expected: the prompt is framed as it will be.
+        if self.passages or self.unsearched_tokens:
+            blocks.append(_passages_intro(self.retrieved_from))
             blocks += [_document_block(p.name, p.location, p.text) for p in self.passages]
         elif self.retrieved_from:
             blocks.append("Nothing in " + ", ".join(self.retrieved_from) + " matched the question.")
         blocks.append(question)
         return "\n\n".join(blocks)
+
+
+def _passages_intro(sources: Sequence[str]) -> str:
+    return "Passages found in " + ", ".join(sources) + ", most relevant first:"
 
 
 def _document_block(name: str, location: str | None, text: str) -> str:
@@ -96,23 +108,52 @@ def plan(
     retrieve: Retrieve | None,
     collection_passages: Sequence[Passage] = (),
     collection_names: Sequence[str] = (),
+    search: bool = True,
 ) -> DocumentContext:
     """Whole attachments while they fit (smallest first, so one huge file does not push out every small
     one), then passages from the rest and from the collections, best first, as many as the budget leaves
-    room for."""
-    whole: list[AttachedText] = []
-    searched: list[AttachedText] = []
-    left = budget_tokens
+    room for. The instruction and the line introducing the passages come out of the budget too: a prompt
+    planned to the last token must not overrun the context by its framing.
+
+    `search` False (measuring before Send): nothing is searched; the context says instead how many tokens
+    the passages could take at most (MAX_PASSAGES of the chunker's longest, within what is left, and never
+    more than the searched files whole)."""
+    if not attachments and not collection_names:
+        return DocumentContext()
+    whole: list[tuple[AttachedText, int]] = []
+    searched: list[tuple[AttachedText, int]] = []
+    left = budget_tokens - count_tokens(INSTRUCTION) - WRAPPER_TOKENS
     for doc in sorted(attachments, key=lambda d: len(d.text)):
         cost = count_tokens(doc.text) + WRAPPER_TOKENS
         if cost <= left:
-            whole.append(doc)
+            whole.append((doc, cost))
             left -= cost
         else:
-            searched.append(doc)
+            searched.append((doc, cost))
+    if searched or collection_names:
+        # Named after every source it could name, so the line is paid for whatever goes whole; the largest
+        # whole files make way for it when the budget is that tight.
+        left -= count_tokens(_passages_intro([d.name for d in attachments] + list(collection_names)))
+        while left < 0 and whole:
+            demoted = whole.pop()
+            searched.insert(0, demoted)
+            left += demoted[1]
+    sources = [doc.name for doc, _cost in searched] + list(collection_names)
+    searched_names = tuple(doc.name for doc, _cost in searched)
+    if not search:
+        most = MAX_PASSAGES * (PASSAGE_TOKENS + WRAPPER_TOKENS)
+        wanted = most if collection_names else sum(cost for _doc, cost in searched)
+        room = max(0, min(left, most, wanted)) if sources else 0
+        return DocumentContext(
+            tuple(doc for doc, _cost in whole),
+            (),
+            tuple(sources),
+            unsearched_tokens=room,
+            searched_attachments=searched_names,
+        )
     candidates: list[Passage] = list(collection_passages)
     if searched and retrieve is not None:
-        candidates += retrieve(question, searched, MAX_PASSAGES)
+        candidates += retrieve(question, [doc for doc, _cost in searched], MAX_PASSAGES)
     candidates.sort(key=lambda p: p.score, reverse=True)
     passages: list[Passage] = []
     for passage in candidates[:MAX_PASSAGES]:
@@ -121,14 +162,19 @@ def plan(
             continue
         passages.append(passage)
         left -= cost
-    sources = [doc.name for doc in searched] + list(collection_names)
     note = None
     if searched:
-        names = ", ".join(doc.name for doc in searched)
+        names = ", ".join(searched_names)
         verb = "is" if len(searched) == 1 else "are"
         note = (
             f"{names} {verb} too long for the model's context: "
             f"{len(passages)} passage{'s' if len(passages) != 1 else ''} most relevant to the question "
             "were given instead of the whole text."
         )
-    return DocumentContext(tuple(whole), tuple(passages), tuple(sources), note)
+    return DocumentContext(
+        tuple(doc for doc, _cost in whole),
+        tuple(passages),
+        tuple(sources),
+        note,
+        searched_attachments=searched_names,
+    )

@@ -7,6 +7,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
@@ -26,6 +27,15 @@ class TurnFailure(enum.StrEnum):
 
     NOT_SAVED = "not_saved"  # the reply is shown but could not be written (ReplyNotSaved)
     INVALID_REQUEST = "invalid_request"  # refused before anything ran (a HearthError)
+
+
+@dataclass(frozen=True)
+class _Measure:
+    conversation_id: int | None
+    draft_text: str
+    model_name: str
+    documents: TurnDocuments | None
+    replacing: int | None
 
 
 class _SignalCallbacks(TurnCallbacks):
@@ -89,7 +99,7 @@ class ChatService(QObject):
         # The latest measure_context request not yet started; typing faster than the worker counts only
         # ever queues one measurement.
         self._measure_lock = threading.Lock()
-        self._pending_measure: tuple[int | None, str, str] | None = None
+        self._pending_measure: _Measure | None = None
 
     @property
     def engine(self) -> ChatEngine:
@@ -138,29 +148,48 @@ class ChatService(QObject):
         )
 
     def edit(
-        self, message_id: int, new_text: str, model_name: str, sampling: SamplingParams | None = None
+        self,
+        message_id: int,
+        new_text: str,
+        model_name: str,
+        sampling: SamplingParams | None = None,
+        *,
+        documents: TurnDocuments | None = None,
     ) -> Future[None] | None:
         """Non-blocking: a new prompt beside the user's message `message_id` (a new branch), then its reply.
+        `documents`: the files the new prompt goes with (the edited one's, as the user left them).
 
         Same signals as send. Ignored while a reply is streaming.
         """
         return self._start_turn(
             lambda: self._engine.edit(
-                message_id, new_text, model_name, sampling=sampling, callbacks=self._callbacks
+                message_id,
+                new_text,
+                model_name,
+                sampling=sampling,
+                callbacks=self._callbacks,
+                documents=documents,
             )
         )
 
     def measure_context(
-        self, conversation_id: int | None, draft_text: str, model_name: str
+        self,
+        conversation_id: int | None,
+        draft_text: str,
+        model_name: str,
+        *,
+        documents: TurnDocuments | None = None,
+        replacing: int | None = None,
     ) -> Future[None] | None:
-        """Non-blocking: count the tokens the next Send would use; answered by contextUsage.
+        """Non-blocking: count the tokens the next Send would use, with the files attached to the draft
+        (`documents`) and, while a message is edited, in its place (`replacing`); answered by contextUsage.
 
         Requests made while one is waiting replace it, so only the latest draft is counted. Returns None
         when it was folded into a request already waiting.
         """
         with self._measure_lock:
             waiting = self._pending_measure is not None
-            self._pending_measure = (conversation_id, draft_text, model_name)
+            self._pending_measure = _Measure(conversation_id, draft_text, model_name, documents, replacing)
         # No on_error: an unexpected failure is logged and the meter keeps showing what it showed.
         return None if waiting else self._worker.call(self._measure, operation="measuring the context")
 
@@ -222,10 +251,14 @@ class ChatService(QObject):
             request, self._pending_measure = self._pending_measure, None
         if request is None:
             return
-        conversation_id, draft_text, model_name = request
         try:
             usage: ContextUsage = self._engine.measure_context(
-                conversation_id, draft_text, model_name, self._callbacks
+                request.conversation_id,
+                request.draft_text,
+                request.model_name,
+                self._callbacks,
+                documents=request.documents,
+                replacing=request.replacing,
             )
         except HearthError as exc:
             # The meter has nothing to show; the next Send reports the same problem where it matters.

@@ -1,5 +1,5 @@
 """The GUI's handle on the servers the user added: each one's models (or why they cannot be listed), where
-its API key is kept, and the changes the user makes (remove, key, CA bundle).
+its API key is kept, and the changes the user makes (remove, key, CA bundle, context length).
 
 Every file, keyring and network call runs on a worker; results arrive as signals on the GUI thread, where
 all the state lives. Changes go through one worker, in the order they were asked for; model lists go
@@ -57,6 +57,7 @@ class ServersService(QObject):
     # (server name, SecretResult): the key was replaced or removed; not `persisted`: this session only.
     keyChanged = Signal(str, object)
     caChanged = Signal(object)  # the Server with its new CA bundle
+    contextChanged = Signal(object)  # the Server with its new context setting
     # A change the user asked for could not be made (the message says why); nothing was changed.
     failed = Signal(str)
 
@@ -255,6 +256,24 @@ class ServersService(QObject):
             state.version = next(self._versions)
             self._list(server.name)
         self.caChanged.emit(server)
+
+    def set_context(self, name: str, context_tokens: int | None) -> None:
+        """Non-blocking: plan the server's models for this many tokens (None: what the server reports)."""
+        registry = self._registry
+        self._control.call(
+            lambda: registry.set_context_tokens(name, context_tokens),
+            self._context_set,
+            self._change_failed,
+            operation=f"setting the context of {name}",
+        )
+
+    def _context_set(self, server: Server) -> None:
+        state = self._states.get(server.name)
+        if state is not None:
+            # What the server lists is the same: no new listing.
+            state.entry = replace(state.entry, server=server)
+            self.changed.emit()
+        self.contextChanged.emit(server)
 
     def _change_failed(self, error: Exception) -> None:
         self.failed.emit(str(error))

@@ -69,10 +69,18 @@ class RemoteError(HearthError):
         self.status = status
 
 
+# Context lengths a server reports are taken between these; anything else is a server's mistake.
+MIN_REPORTED_CONTEXT: Final = 16
+MAX_REPORTED_CONTEXT: Final = 1 << 30
+
+
 @dataclass(frozen=True)
 class ServerModel:
     id: str
     owned_by: str | None = None
+    # The tokens of prompt and reply together the server takes for this model, as it reports them
+    # (see OpenAIClient.list_models); None when it does not say.
+    context_tokens: int | None = None
 
 
 def normalize_base_url(url: str) -> str:
@@ -170,9 +178,16 @@ class OpenAIClient:
     # -- requests -----------------------------------------------------------------------------------
 
     def list_models(self, cancel: StreamCancel | None = None) -> list[ServerModel]:
-        """GET /models. Raises RemoteError; `cancel` ends the request at once from another thread."""
+        """GET /models, with each model's context length where the server tells it: vLLM's
+        `max_model_len` in the list; else llama.cpp's server (its list has `meta`) from GET /props
+        (`default_generation_settings.n_ctx`, what it serves), failing that the model's `meta.n_ctx_train`;
+        else text-generation-inference's GET /info (`max_total_tokens`). The extra request is made only
+        when the list says nothing, and its failure costs nothing but the figure.
+
+        Raises RemoteError; `cancel` ends the request at once from another thread."""
+        cancel = cancel or StreamCancel()
         timeout = min(self._read_timeout_s, LIST_TIMEOUT_S)
-        with self._open("GET", "/models", None, cancel or StreamCancel(), timeout) as response:
+        with self._open("GET", "/models", None, cancel, timeout) as response:
             if response.status_code != 200:
                 raise self._status_error(response, what="the model list")
             body = self._read_body(response, MAX_EVENT_BYTES)
@@ -187,12 +202,40 @@ class OpenAIClient:
                 f"{self.name} answered the model list with something that is not an OpenAI model list "
                 f"({exc}); is {self.base_url} the API address?",
             ) from exc
+        listed = [
+            entry
+            for entry in entries[:MAX_LISTED_MODELS]
+            if isinstance(entry, dict) and isinstance(entry.get("id"), str) and entry["id"].strip()
+        ]
+        contexts = [_context_length(entry.get("max_model_len")) for entry in listed]
+        if listed and not any(contexts):
+            llama_cpp = any(isinstance(entry.get("meta"), dict) for entry in listed)
+            served = self._reported_context(cancel, llama_cpp)
+            trained = [_context_length(_get(entry, "meta", "n_ctx_train")) for entry in listed]
+            contexts = [served or n for n in trained]
         models: list[ServerModel] = []
-        for entry in entries[:MAX_LISTED_MODELS]:
-            if isinstance(entry, dict) and isinstance(entry.get("id"), str) and entry["id"].strip():
-                owner = entry.get("owned_by")
-                models.append(ServerModel(entry["id"], owner if isinstance(owner, str) else None))
+        for entry, context in zip(listed, contexts, strict=True):
+            owner = entry.get("owned_by")
+            models.append(ServerModel(entry["id"], owner if isinstance(owner, str) else None, context))
         return models
+
+    def _reported_context(self, cancel: StreamCancel, llama_cpp: bool) -> int | None:
+        """What llama.cpp's server says it serves (GET /props) or TGI's (GET /info), beside the API root."""
+        path, keys = (
+            ("/props", ("default_generation_settings", "n_ctx"))
+            if llama_cpp
+            else ("/info", ("max_total_tokens",))
+        )
+        timeout = min(self._read_timeout_s, LIST_TIMEOUT_S)
+        try:
+            with self._open("GET", path, None, cancel, timeout, root=True) as response:
+                if response.status_code != 200:
+                    return None
+                body = self._read_body(response, MAX_EVENT_BYTES)
+            data = json.loads(body)
+        except (RemoteError, ValueError, RecursionError):
+            return None
+        return _context_length(_get(data, *keys))
 
     def chat(
         self,
@@ -252,9 +295,18 @@ class OpenAIClient:
         return headers
 
     def _open(
-        self, method: str, path: str, body: Mapping[str, Any] | None, cancel: StreamCancel, read_s: float
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None,
+        cancel: StreamCancel,
+        read_s: float,
+        *,
+        root: bool = False,
     ) -> _Exchange:
-        return _Exchange(self, method, path, body, cancel, read_s)
+        """`root`: `path` is beside the API root (llama.cpp's /props, TGI's /info), not under it."""
+        base = re.sub(r"/v\d+$", "", self.base_url) if root else self.base_url
+        return _Exchange(self, method, base + path, body, cancel, read_s)
 
     def _read_body(self, response: httpx2.Response, limit: int) -> bytes:
         chunks: list[bytes] = []
@@ -397,14 +449,14 @@ class _Exchange:
         self,
         client: OpenAIClient,
         method: str,
-        path: str,
+        url: str,
         body: Mapping[str, Any] | None,
         cancel: StreamCancel,
         read_s: float,
     ) -> None:
         self._client = client
         self._method = method
-        self._url = client.base_url + path
+        self._url = url
         self._body = body
         self._cancel = cancel
         self._read_s = read_s
@@ -670,6 +722,21 @@ class ChatStream:
                 seed=self._sampling.seed,
             ),
         )
+
+
+def _get(data: object, *keys: str) -> object:
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _context_length(value: object) -> int | None:
+    """A context length as a server reports it, if it is a plausible one."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if MIN_REPORTED_CONTEXT <= value <= MAX_REPORTED_CONTEXT else None
 
 
 def _certificate_problem(exc: BaseException) -> str | None:

@@ -1,13 +1,20 @@
-"""The OpenAI-compatible servers the user added: name, address and CA bundle in `servers.json` in the Hearth
-home, the API key in the OS keyring through app.secret_store (never in a file or a log).
+"""The OpenAI-compatible servers the user added: name, address, CA bundle and context length in
+`servers.json` in the Hearth home, the API key in the OS keyring through app.secret_store (never in a file
+or a log).
 
-    {"schema_version": 1, "servers": [{"name": "...", "url": "https://host/v1", "ca_bundle": "/…" | null}]}
+    {"schema_version": 1, "servers": [{"name": "...", "url": "https://host/v1", "ca_bundle": "/…" | null,
+                                       "context_tokens": 32768}]}
+
+`context_tokens` came after the first files were written and is there only when the user set it: a file
+without it loads (the server's context is then what it reports), and a Hearth that predates it reads a
+newer file, ignoring the key; so the schema version stays 1.
 
 A model on a server is named `SERVER/MODEL`; local model names never contain a slash.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import re
@@ -31,6 +38,11 @@ MAX_KEY_CHARS: Final = 4096
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _KEY_PREFIX: Final = "server-api-key:"
 API_KEY_NOUN: Final = "API key"  # how keyring failures name the secret to the user
+# What a server that reports no context length is planned for, unless the user set its context.
+DEFAULT_SERVER_CONTEXT: Final = 8192
+MIN_CONTEXT_SETTING: Final = 256
+MAX_CONTEXT_SETTING: Final = 10_000_000
+AUTOMATIC: Final = "auto"  # the context setting's "not set": what the server reports, else the default
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,22 @@ class Server:
     name: str
     url: str  # normalized: the API root, ending in /v1 (or another version)
     ca_bundle: str | None = None  # a PEM file of CAs to trust instead of the system's
+    # The user's context length for the server's models; None: what the server reports, else the default.
+    context_tokens: int | None = None
+
+
+class ContextSource(enum.StrEnum):
+    SETTING = "setting"  # the user's, for this server
+    SERVER = "server"  # what the server reports for the model
+    DEFAULT = "default"  # neither: DEFAULT_SERVER_CONTEXT
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    """The context a server's model is planned for, and where the figure comes from."""
+
+    tokens: int
+    source: ContextSource
 
 
 @dataclass(frozen=True)
@@ -66,6 +94,28 @@ def check_name(name: str) -> str:
     return cleaned
 
 
+def check_context_tokens(value: int) -> int:
+    if isinstance(value, bool) or not MIN_CONTEXT_SETTING <= value <= MAX_CONTEXT_SETTING:
+        raise HearthError(
+            f"{value} tokens cannot be a server's context length: give a whole number from "
+            f"{MIN_CONTEXT_SETTING:,} to {MAX_CONTEXT_SETTING:,}, or {AUTOMATIC} for what the server reports."
+        )
+    return value
+
+
+def parse_context_tokens(text: str) -> int | None:
+    """A context length as typed (`4096`, `32,768`); None for blank or `auto`: the server's own figure."""
+    cleaned = text.strip().replace(",", "").replace("_", "")
+    if not cleaned or cleaned.casefold() == AUTOMATIC:
+        return None
+    if not cleaned.isascii() or not cleaned.lstrip("-").isdigit():
+        raise HearthError(
+            f"“{text.strip()}” is not a context length: give a whole number of tokens from "
+            f"{MIN_CONTEXT_SETTING:,} to {MAX_CONTEXT_SETTING:,}, or {AUTOMATIC} for what the server reports."
+        )
+    return check_context_tokens(int(cleaned))
+
+
 def check_key_text(value: str) -> str:
     """The key as typed or piped, trimmed; it goes into an HTTP header, so printable ASCII only."""
     key = value.strip()
@@ -82,6 +132,10 @@ class ServerRegistry:
         self._path = Path(home) / SERVERS_FILE
         self._secrets = secrets if secrets is not None else SecretStore()
         self._lock = threading.Lock()
+        # What each server (by name and address) reported its models' contexts to be, from its last model
+        # list; an empty dict when that list failed, so planning a turn does not ask a dead server again.
+        self._reported_lock = threading.Lock()
+        self._reported: dict[tuple[str, str], dict[str, int | None]] = {}
 
     @property
     def path(self) -> Path:
@@ -99,15 +153,21 @@ class ServerRegistry:
         return found
 
     def add(
-        self, name: str, url: str, *, api_key: str | None = None, ca_bundle: Path | None = None
+        self,
+        name: str,
+        url: str,
+        *,
+        api_key: str | None = None,
+        ca_bundle: Path | None = None,
+        context_tokens: int | None = None,
     ) -> tuple[Server, SecretResult | None]:
         """Add the server, or replace the one of the same name (its key too: None removes a stored key).
 
         Returns the server and how the key was stored (None when none was given). Raises HearthError for a
-        bad name, address or CA bundle; the server is saved even when the keyring refuses the key, which
-        is then kept for this session only (the result says so).
+        bad name, address, CA bundle or context length; the server is saved even when the keyring refuses
+        the key, which is then kept for this session only (the result says so).
         """
-        server = self.check(name, url, ca_bundle)
+        server = self.check(name, url, ca_bundle, context_tokens)
         key = check_key_text(api_key) if api_key is not None else ""
         with self._lock:
             existing = self._read()
@@ -121,24 +181,34 @@ class ServerRegistry:
         return server, None
 
     @staticmethod
-    def check(name: str, url: str, ca_bundle: Path | None = None) -> Server:
-        """The server as it would be saved. Raises HearthError for a bad name, address or CA bundle."""
+    def check(
+        name: str, url: str, ca_bundle: Path | None = None, context_tokens: int | None = None
+    ) -> Server:
+        """The server as it would be saved. Raises HearthError for a bad name, address, CA bundle or
+        context length."""
         bundle = None
         if ca_bundle is not None:
             path = Path(ca_bundle).expanduser()
             if not path.is_file():
                 raise HearthError(f"The CA bundle {path} is not a file.")
             bundle = str(path.resolve())
-        return Server(check_name(name), normalize_base_url(url), bundle)
+        context = check_context_tokens(context_tokens) if context_tokens is not None else None
+        return Server(check_name(name), normalize_base_url(url), bundle, context)
 
     def connect(
-        self, name: str, url: str, *, api_key: str | None = None, ca_bundle: Path | None = None
+        self,
+        name: str,
+        url: str,
+        *,
+        api_key: str | None = None,
+        ca_bundle: Path | None = None,
+        context_tokens: int | None = None,
     ) -> tuple[Server, list[ServerModel], SecretResult | None]:
         """Blocking, network: list the server's models with these details and, only if that works, add it.
 
         Raises HearthError (RemoteError when the server cannot be used); nothing is saved then.
         """
-        server = self.check(name, url, ca_bundle)
+        server = self.check(name, url, ca_bundle, context_tokens)
         key = check_key_text(api_key) if api_key else None
         models = OpenAIClient(
             server.url,
@@ -146,7 +216,10 @@ class ServerRegistry:
             api_key=key,
             ca_bundle=Path(server.ca_bundle) if server.ca_bundle else None,
         ).list_models()
-        saved, stored = self.add(server.name, server.url, api_key=key, ca_bundle=ca_bundle)
+        saved, stored = self.add(
+            server.name, server.url, api_key=key, ca_bundle=ca_bundle, context_tokens=context_tokens
+        )
+        self._remember(saved, models)
         return saved, models, stored
 
     def remove(self, name: str) -> tuple[Server, SecretResult]:
@@ -176,12 +249,30 @@ class ServerRegistry:
         """
         with self._lock:
             servers = self._read()
-            found = next((s for s in servers if s.name.casefold() == name.strip().casefold()), None)
-            if found is None:
-                raise HearthError(f"There is no server named “{name}”; add it with `hearth servers add`.")
-            changed = self.check(found.name, found.url, ca_bundle)
+            found = self._find(servers, name)
+            changed = self.check(found.name, found.url, ca_bundle, found.context_tokens)
             self._write([changed if s is found else s for s in servers])
         return changed
+
+    def set_context_tokens(self, name: str, context_tokens: int | None) -> Server:
+        """Plan the server's models for this many tokens (None: what the server reports, else the default).
+
+        Raises HearthError for an unknown server or a context length out of range.
+        """
+        context = check_context_tokens(context_tokens) if context_tokens is not None else None
+        with self._lock:
+            servers = self._read()
+            found = self._find(servers, name)
+            changed = Server(found.name, found.url, found.ca_bundle, context)
+            self._write([changed if s is found else s for s in servers])
+        return changed
+
+    @staticmethod
+    def _find(servers: list[Server], name: str) -> Server:
+        found = next((s for s in servers if s.name.casefold() == name.strip().casefold()), None)
+        if found is None:
+            raise HearthError(f"There is no server named “{name}”; add it with `hearth servers add`.")
+        return found
 
     def api_key(self, name: str) -> str | None:
         """Blocking (the keyring, up to its timeout)."""
@@ -217,7 +308,35 @@ class ServerRegistry:
             models = self.client(server).list_models(cancel)
         except RemoteError as exc:
             return ServerListing(server, error=str(exc), error_kind=exc.kind)
+        self._remember(server, models)
         return ServerListing(server, tuple(models))
+
+    def context_for(self, server: Server, model: str) -> ServerContext:
+        """Blocking (the network, once per server until its models are listed again): the context `model`
+        on `server` is planned for. The user's setting for the server when there is one, else what the
+        server reports for the model, else DEFAULT_SERVER_CONTEXT."""
+        if server.context_tokens is not None:
+            return ServerContext(server.context_tokens, ContextSource.SETTING)
+        key = (server.name, server.url)
+        with self._reported_lock:
+            reported = self._reported.get(key)
+        if reported is None:
+            listed = self.listing(server)
+            reported = {m.id: m.context_tokens for m in listed.models}
+            if listed.error is not None:
+                log.info(
+                    "%s did not list its models (%s): its context is not known", server.name, listed.error
+                )
+                with self._reported_lock:
+                    self._reported.setdefault(key, reported)
+        tokens = reported.get(model)
+        if tokens is None:
+            return ServerContext(DEFAULT_SERVER_CONTEXT, ContextSource.DEFAULT)
+        return ServerContext(tokens, ContextSource.SERVER)
+
+    def _remember(self, server: Server, models: list[ServerModel]) -> None:
+        with self._reported_lock:
+            self._reported[(server.name, server.url)] = {m.id: m.context_tokens for m in models}
 
     # -- the file -----------------------------------------------------------------------------------
 
@@ -245,7 +364,7 @@ class ServerRegistry:
         servers: dict[str, Server] = {}
         for index, entry in enumerate(entries):
             try:
-                server = _server(entry)
+                server = _server(entry, self._path)
             except HearthError as exc:
                 # One bad entry (a hand edit) should not hide the others.
                 log.warning("server %d in %s is left out: %s", index + 1, self._path, exc)
@@ -256,10 +375,7 @@ class ServerRegistry:
     def _write(self, servers: list[Server]) -> None:
         data = {
             "schema_version": SCHEMA_VERSION,
-            "servers": [
-                {"name": s.name, "url": s.url, "ca_bundle": s.ca_bundle}
-                for s in sorted(servers, key=lambda s: s.name.casefold())
-            ],
+            "servers": [_entry(s) for s in sorted(servers, key=lambda s: s.name.casefold())],
         }
         try:
             write_text_atomically(self._path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
@@ -267,7 +383,14 @@ class ServerRegistry:
             raise HearthError(f"Could not save the servers in {self._path}: {exc.strerror or exc}.") from exc
 
 
-def _server(entry: object) -> Server:
+def _entry(server: Server) -> dict[str, object]:
+    entry: dict[str, object] = {"name": server.name, "url": server.url, "ca_bundle": server.ca_bundle}
+    if server.context_tokens is not None:
+        entry["context_tokens"] = server.context_tokens
+    return entry
+
+
+def _server(entry: object, path: Path) -> Server:
     if not isinstance(entry, dict):
         raise HearthError("it is not an object")
     name, url, bundle = entry.get("name"), entry.get("url"), entry.get("ca_bundle")
@@ -275,4 +398,15 @@ def _server(entry: object) -> Server:
         raise HearthError("it has no name or no url")
     if bundle is not None and not isinstance(bundle, str):
         raise HearthError("its ca_bundle is not a path")
-    return Server(check_name(name), normalize_base_url(url), bundle)
+    server = Server(check_name(name), normalize_base_url(url), bundle)
+    context = entry.get("context_tokens")
+    if context is None:
+        return server
+    try:
+        if not isinstance(context, int):
+            raise HearthError(f"{context!r} is not a number of tokens")
+        return Server(server.name, server.url, bundle, check_context_tokens(context))
+    except HearthError as exc:
+        # A hand edit gone wrong costs the setting, not the server.
+        log.warning("the context_tokens of %s in %s is ignored: %s", server.name, path, exc)
+        return server

@@ -234,6 +234,10 @@ class FaultServer:
     status-NNN                that status with an OpenAI-style error body ("status-400-context": the
                               context-length error vLLM sends)
     anything else             404, as for a model the server does not have
+
+    What it reports of its context, as the servers it stands for do: `max_model_len` per model in its list
+    (vLLM); `n_ctx_train` in each model's `meta` (llama.cpp's server, which `meta` gives away) with GET
+    /props answering `props_n_ctx`; GET /info answering `info_max_total_tokens` (TGI). Unset: 404.
     """
 
     api_key: str | None = None
@@ -245,6 +249,10 @@ class FaultServer:
     release: threading.Event = field(default_factory=threading.Event)
     # /v1/models answers only once `release` is set: a server that is slow to list its models.
     hold_models: bool = False
+    max_model_len: dict[str, int] = field(default_factory=dict)
+    n_ctx_train: int | None = None
+    props_n_ctx: int | None = None
+    info_max_total_tokens: int | None = None
 
     @property
     def url(self) -> str:
@@ -283,8 +291,11 @@ def serve_faults(
     *,
     port: int = 0,
     hold_models: bool = False,
+    max_model_len: dict[str, int] | None = None,
 ) -> Iterator[FaultServer]:
-    server = FaultServer(api_key, certificates, port=port, hold_models=hold_models).start()
+    server = FaultServer(
+        api_key, certificates, port=port, hold_models=hold_models, max_model_len=dict(max_model_len or {})
+    ).start()
     try:
         yield server
     finally:
@@ -338,16 +349,26 @@ class _FaultHandler(BaseHTTPRequestHandler):
             self.fault.release.wait(30)
         if not self._authorized():
             return
+        fault = self.fault
+        if self.path == "/props" and fault.props_n_ctx is not None:
+            self._json(200, {"default_generation_settings": {"n_ctx": fault.props_n_ctx}, "total_slots": 1})
+            return
+        if self.path == "/info" and fault.info_max_total_tokens is not None:
+            total = fault.info_max_total_tokens
+            self._json(200, {"model_id": "fault", "max_input_tokens": total - 1, "max_total_tokens": total})
+            return
         if self.path != "/v1/models":
             self._json(404, {"error": {"message": "not found"}})
             return
-        self._json(
-            200,
-            {
-                "object": "list",
-                "data": [{"id": m, "object": "model", "owned_by": "fault"} for m in FAULT_MODELS],
-            },
-        )
+        models: list[dict[str, Any]] = []
+        for model in FAULT_MODELS:
+            entry: dict[str, Any] = {"id": model, "object": "model", "owned_by": "fault"}
+            if model in fault.max_model_len:
+                entry["max_model_len"] = fault.max_model_len[model]
+            if fault.n_ctx_train is not None:
+                entry["meta"] = {"n_ctx_train": fault.n_ctx_train, "n_vocab": 49152}
+            models.append(entry)
+        self._json(200, {"object": "list", "data": models})
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length", "0"))

@@ -24,15 +24,17 @@ from PySide6.QtWidgets import QLineEdit
 from pytestqt.qtbot import QtBot
 
 import app.remote.openai_client as openai_client_module
+from app.documents.chunking import estimate_tokens
 from app.paths import resolve_home
 from app.remote.registry import SERVERS_FILE, ServerRegistry
+from app.settings import Settings, save_settings
 from tests.helpers.openai_peer import FAULT_MODELS, FaultServer, LlamaPeer, make_certificates, serve_faults
 from tests.helpers.ui_fixtures import GuiSessions, Ticker, click, rows
 from ui.main_window import MainWindow
 from ui.model_bar import ADD_SERVER, MANAGE_SERVERS
 from ui.provenance import ProvenanceDialog
 from ui.server_dialog import ServerDialog
-from ui.servers_panel import CA, KEY, NAME, STATE, ServersDialog
+from ui.servers_panel import CA, CONTEXT, KEY, NAME, STATE, ServersDialog
 
 pytestmark = pytest.mark.gui
 
@@ -219,7 +221,7 @@ def test_remove_a_server_and_its_key_while_its_chats_keep_their_provenance(
 
     dialog = open_manager(qtbot, window)
     qtbot.waitUntil(lambda: listed(dialog).get("gone", [""] * 5)[STATE] == "Not reachable", timeout=WAIT_MS)
-    assert listed(dialog)["peer"][1:] == [llama_peer.url, "1", "Keyring", "System"]
+    assert listed(dialog)["peer"][1:] == [llama_peer.url, "1", "Keyring", "System", "8,192"]
     select(dialog, "gone")
     assert "Could not connect to gone" in dialog.detailLabel.text()
     assert not dialog.removeKeyButton.isEnabled() and not dialog.systemCaButton.isEnabled()
@@ -379,7 +381,8 @@ def test_a_server_that_comes_up_is_listed_when_the_picker_is_opened_again(
         window.modelPicker.showPopup()
         qtbot.waitUntil(lambda: "later/echo" in picker_texts(window), timeout=WAIT_MS)
         window.modelPicker.hidePopup()
-        assert [r.path for r in server.requests] == ["/v1/models"]
+        # One listing (with TGI's /info asked for the context, which its model list does not give).
+        assert [r.path for r in server.requests] == ["/v1/models", "/info"]
         # Listed fine: opening the picker again asks nothing (a listing would show as Checking… at once).
         window.modelPicker.showPopup()
         window.modelPicker.hidePopup()
@@ -543,3 +546,75 @@ def test_markup_in_a_servers_error_and_a_bundles_path_is_shown_literally(
         assert shown_tooltip(item.toolTip(CA)).toPlainText() == str(bundle)
         assert dialog.detailLabel.textFormat() == Qt.TextFormat.PlainText
         assert HOSTILE_ERROR in dialog.detailLabel.text()
+
+
+# -- the context of a server's models ------------------------------------------------------------------
+
+
+def test_a_context_typed_in_add_server_is_checked_and_saved(
+    gui: GuiSessions, qtbot: QtBot, hermetic_home: Path
+) -> None:
+    session = gui.open(resolve_home(), preload_model=False)
+    window = session.window
+    with serve_faults() as server:
+        dialog = open_dialog(qtbot, window)
+        fill(dialog, "lab", server.url)
+        QTest.keyClicks(dialog.contextEdit, "lots")
+        click(dialog.saveButton)
+        assert dialog.statusLabel.text().startswith("“lots” is not a context length")
+        assert not dialog.busy and not (hermetic_home / SERVERS_FILE).exists()
+
+        dialog.contextEdit.clear()
+        QTest.keyClicks(dialog.contextEdit, "16384")
+        click(dialog.saveButton)
+        qtbot.waitUntil(lambda: "lab/echo" in picker_texts(window), timeout=REPLY_TIMEOUT_MS)
+        assert saved_servers(hermetic_home) == [
+            {"name": "lab", "url": server.url, "ca_bundle": None, "context_tokens": 16384}
+        ]
+
+
+def test_the_meter_estimates_a_servers_model_against_the_context_it_reports_or_the_one_set(
+    gui: GuiSessions, qtbot: QtBot, hermetic_home: Path
+) -> None:
+    with serve_faults(max_model_len={"echo": 4096}) as server:
+        ServerRegistry(hermetic_home).add("lab", server.url)
+        home = resolve_home()
+        save_settings(home.settings_path, Settings(default_model="lab/echo"))
+        session = gui.open(home)
+        window = session.window
+        meter = window.contextMeter
+        qtbot.waitUntil(lambda: "lab/echo" in picker_texts(window), timeout=WAIT_MS)
+        pick(window, "lab/echo")
+        draft = "How far does the light reach?"
+        QTest.keyClicks(window.composer, draft)
+
+        def shown(context: int) -> bool:
+            usage = meter.usage
+            return usage is not None and usage.estimated and usage.context_tokens == context
+
+        qtbot.waitUntil(lambda: shown(4096), timeout=WAIT_MS)
+        assert meter.tokens.text() == f"≈ {estimate_tokens(draft)} / 4,096 tokens (estimate)"
+        explained = shown_tooltip(meter.tokens.toolTip()).toPlainText()
+        assert "The 4,096-token context is what the server reports for this model." in explained
+        assert (
+            "Estimated at about four characters a token: the server's own tokenizer is not here." in explained
+        )
+
+        dialog = open_manager(qtbot, window)
+        select(dialog, "lab")
+        assert listed(dialog)["lab"][CONTEXT] == "4,096"
+        click(dialog.changeContextButton)
+        asked = dialog.contextDialog
+        assert asked is not None and asked.contextEdit.text() == ""
+        QTest.keyClicks(asked.contextEdit, "0")
+        click(asked.saveButton)
+        assert "cannot be a server's context length" in asked.noteLabel.text() and asked.isVisible()
+        asked.contextEdit.clear()
+        QTest.keyClicks(asked.contextEdit, "32,768")
+        click(asked.saveButton)
+        qtbot.waitUntil(lambda: listed(dialog)["lab"][CONTEXT] == "32,768", timeout=WAIT_MS)
+        assert dialog.statusLabel.text() == "lab's models are planned for 32,768 tokens."
+        assert saved_servers(hermetic_home)[0]["context_tokens"] == 32768
+        qtbot.waitUntil(lambda: shown(32768), timeout=WAIT_MS)
+        explained = shown_tooltip(meter.tokens.toolTip()).toPlainText()
+        assert "The 32,768-token context is this server's setting." in explained

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,11 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QDoubleSpinBox, QLabel
 from pytestqt.qtbot import QtBot
 
+from app.chat.engine import ContextUsage
 from app.chat.presets import list_presets
 from app.paths import HearthPaths
 from app.qt.gpu_monitor import GpuMonitor
+from app.remote.registry import ContextSource
 from app.settings import GENERATION_KEYS, clean_generation_settings
 from inference.hardware import GpuInfo, HardwareReport
 from inference.protocol import SAMPLING_SETTINGS
@@ -169,31 +170,64 @@ def test_model_defaults_and_the_overflow_policy_are_saved(qtbot: QtBot, session:
     assert window.contextMeter.policy.text() == "When full: refuse to send"
 
 
-@dataclass(frozen=True)
-class _Usage:
-    used_tokens: int
-    context_tokens: int
-    would_drop_messages: int = 0
-    policy: str = "drop_oldest"
+def _usage(
+    used_tokens: int, context_tokens: int, would_drop_messages: int = 0, policy: str = "drop_oldest"
+) -> ContextUsage:
+    return ContextUsage(used_tokens, context_tokens, would_drop_messages, policy)
 
 
 def test_the_context_meter_turns_amber_then_red(qtbot: QtBot) -> None:
     meter = ContextMeter()
     qtbot.addWidget(meter)
     assert meter.level == "unknown"
-    meter.set_usage(_Usage(1000, 4096))
+    meter.set_usage(_usage(1000, 4096))
     assert (meter.level, meter.tokens.text()) == ("ok", "1,000 / 4,096 tokens")
-    meter.set_usage(_Usage(3200, 4096))
+    meter.set_usage(_usage(3200, 4096))
     assert meter.level == "warn"
-    meter.set_usage(_Usage(3900, 4096))
+    meter.set_usage(_usage(3900, 4096))
     assert meter.level == "full"
-    meter.set_usage(_Usage(5000, 4096, would_drop_messages=3))
+    meter.set_usage(_usage(5000, 4096, would_drop_messages=3))
     assert meter.level == "full"
     assert meter.warning.text() == "3 oldest message(s) will be left out"
-    meter.set_usage(_Usage(5000, 4096, policy="refuse"))
+    meter.set_usage(_usage(5000, 4096, policy="refuse"))
     assert meter.warning.text() == "Too long for the context window: Hearth will refuse to send"
     with qtbot.waitSignal(meter.policyClicked):
         QTest.mouseClick(meter.policy, Qt.MouseButton.LeftButton)
+
+
+def test_the_context_meter_says_what_documents_take_and_when_it_only_estimates(qtbot: QtBot) -> None:
+    meter = ContextMeter()
+    qtbot.addWidget(meter)
+    meter.show()
+    searched = ContextUsage(
+        3000,
+        4096,
+        0,
+        "drop_oldest",
+        512,
+        document_tokens=2500,
+        searched=("<b>big</b>.pdf",),
+        passage_tokens=2200,
+    )
+    meter.set_usage(searched)
+    assert meter.documents.text() == "Documents: up to 2,500 tokens · 1 file(s) searched, not sent whole"
+    # A file's name is shown as written, never as markup.
+    assert (
+        "&lt;b&gt;big&lt;/b&gt;.pdf" in meter.documents.toolTip()
+        and "<b>big" not in meter.documents.toolTip()
+    )
+    meter.set_usage(ContextUsage(3000, 4096, 0, "drop_oldest", 512, document_tokens=900))
+    assert meter.documents.text() == "Documents: 900 tokens" and meter.documents.isVisible()
+    meter.set_usage(_usage(1000, 4096))
+    assert not meter.documents.isVisible() and meter.tokens.toolTip() == ""
+
+    # A server's model: an estimate, said to be one, against the context it reports or 8,192.
+    remote = ContextUsage(7900, 8192, 0, "refuse", 512, fits=False, context_source=ContextSource.DEFAULT)
+    meter.set_usage(remote)
+    assert meter.tokens.text() == "≈ 7,900 / 8,192 tokens (estimate)"
+    assert meter.level == "full"
+    assert meter.warning.text() == "Probably too long for the server's context: it may refuse it"
+    assert "does not report its context length, so 8,192 tokens is assumed" in meter.tokens.toolTip()
 
 
 def test_theme_follows_the_system_until_the_user_picks_one(

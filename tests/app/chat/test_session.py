@@ -55,8 +55,11 @@ class FakeChat:
     def regenerate(self, message_id: int, model_name: str) -> None:
         self.asked.append(("regenerate", message_id, model_name))
 
-    def edit(self, message_id: int, new_text: str, model_name: str) -> None:
-        self.asked.append(("edit", message_id, new_text, model_name))
+    def edit(
+        self, message_id: int, new_text: str, model_name: str, *, documents: TurnDocuments | None = None
+    ) -> None:
+        edited: tuple[Any, ...] = ("edit", message_id, new_text, model_name)
+        self.asked.append(edited if documents is None else (*edited, documents))
 
 
 @dataclass
@@ -366,3 +369,25 @@ def test_attachments_go_with_a_new_message_and_come_back_if_it_never_starts(
     session.reply_error(-1, "context_overflow", "Too long")
     (failed,) = heard.of("reply_failed")
     assert failed.request == Request("send", None, "Summarise this", attachments=(notes,))
+
+
+def test_an_edited_message_goes_with_the_files_the_window_hands_over_and_gets_them_back(
+    session: ChatSession, store: ConversationStore, chat: FakeChat, later: Later, heard: Heard
+) -> None:
+    conversation = store.create_conversation()
+    prompt = store.add_message(conversation.id, "user", "Summarise this")
+    session.open(conversation.id)
+    later.drain()
+    notes = Attachment("notes.txt", "ab" * 32, "text/plain", 12, "text", None, 12)
+    extra = Attachment("more.md", "cd" * 32, "text/markdown", 30, "markdown", None, 30)
+
+    session.begin_edit(prompt.id)
+    session.send("Summarise both", (notes, extra))
+    documents = TurnDocuments((notes, extra))
+    assert chat.asked == [("edit", prompt.id, "Summarise both", "starter", documents)]
+    assert session.pending == Request("edit", conversation.id, "Summarise both", prompt.id, (notes, extra))
+
+    # Never started: the request, files and all, goes back to the window to try again.
+    session.reply_error(-1, "context_overflow", "Too long")
+    (failed,) = heard.of("reply_failed")
+    assert failed.request is not None and failed.request.attachments == (notes, extra)

@@ -12,7 +12,7 @@ import pytest
 from keyring.errors import KeyringLocked
 
 from app.cli.main import main
-from tests.helpers.openai_peer import FaultServer, LlamaPeer
+from tests.helpers.openai_peer import FaultServer, LlamaPeer, serve_faults
 
 KEY = "sk-cli-key-7e31f0a9b2"
 
@@ -189,3 +189,47 @@ def test_replacing_a_server_without_a_key_removes_the_old_key(monkeypatch: pytes
     code, _, err = run("servers", "add", "lab", "http://127.0.0.1:8/")
     assert code == 0, err
     assert keyring.get_password("Hearth", "server-api-key:lab") is None
+
+
+def test_a_servers_context_is_set_on_add_changed_with_edit_and_reported_by_models() -> None:
+    with serve_faults(max_model_len={"echo": 4096}) as server:
+        code, _, err = run("servers", "add", "lab", server.url, "--context", "16,384")
+        assert code == 0, err
+        (row,) = json.loads(run("servers", "list", "--json")[1])["servers"]
+        assert row["context_tokens"] == 16384
+        assert run("servers", "list")[1] == f"lab\t{server.url}\tno key\tcontext 16,384\n"
+        models = {m["id"]: m for m in json.loads(run("servers", "models", "lab", "--json")[1])["models"]}
+        assert (models["echo"]["context_tokens"], models["echo"]["context_source"]) == (16384, "setting")
+
+        code, out, _ = run("servers", "edit", "lab", "--context", "auto")
+        assert (
+            code == 0 and out == "lab's models are planned for the context it reports, else 8,192 tokens.\n"
+        )
+        models = {m["id"]: m for m in json.loads(run("servers", "models", "lab", "--json")[1])["models"]}
+        assert (models["echo"]["context_tokens"], models["echo"]["context_source"]) == (4096, "server")
+        assert (models["usage"]["context_tokens"], models["usage"]["context_source"]) == (8192, "default")
+
+        code, out, _ = run("servers", "edit", "lab", "--context", "32768")
+        assert code == 0 and out == "lab's models are planned for 32,768 tokens.\n"
+        assert json.loads(run("servers", "list", "--json")[1])["servers"][0]["context_tokens"] == 32768
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "abc", "12.5", "100", "99999999999"])
+def test_a_bad_context_is_refused_in_one_line_and_changes_nothing(value: str) -> None:
+    assert run("servers", "add", "lab", "http://127.0.0.1:9", "--context", "8192")[0] == 0
+    for argv in (
+        ("servers", "add", "lab", "http://127.0.0.1:9", "--context", value),
+        ("servers", "add", "other", "http://127.0.0.1:9", f"--context={value}"),
+        ("servers", "edit", "lab", "--context", value),
+    ):
+        code, out, err = run(*argv)
+        assert code == 3 and out == "", argv
+        assert err.startswith("hearth: ") and len(err.splitlines()) == 1, err
+        assert "context length" in err
+    (row,) = json.loads(run("servers", "list", "--json")[1])["servers"]
+    assert (row["name"], row["context_tokens"]) == ("lab", 8192)
+    code, _, err = run("servers", "edit", "nothing", "--context", "4096")
+    assert code == 3 and "no server named" in err
+    with pytest.raises(SystemExit) as info:
+        main(["servers", "edit", "lab"])
+    assert info.value.code == 2

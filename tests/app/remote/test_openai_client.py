@@ -68,6 +68,8 @@ def test_addresses_are_normalized_and_checked() -> None:
 def test_lists_the_models_of_llama_cpp_server(llama_peer: LlamaPeer) -> None:
     models = OpenAIClient(llama_peer.url, api_key=llama_peer.api_key).list_models()
     assert llama_peer.model_id in [m.id for m in models]
+    # llama-cpp-python's server says nothing of its context, anywhere: the figure is unknown, not wrong.
+    assert {m.context_tokens for m in models} == {None}
 
 
 def test_streams_a_reply_from_llama_cpp_server_with_stats(llama_peer: LlamaPeer) -> None:
@@ -281,3 +283,41 @@ def test_tls_is_verified_and_a_chosen_ca_bundle_is_honoured(tmp_path: Path) -> N
         with pytest.raises(RemoteError) as info:
             OpenAIClient(server.url, ca_bundle=make_certificates(other).ca).list_models()
         assert "could not be verified" in str(info.value)
+
+
+# -- what servers say of their context ---------------------------------------------------------------
+
+
+def test_vllm_reports_each_models_context_in_the_model_list(fault_server: FaultServer) -> None:
+    fault_server.max_model_len = {"echo": 4096, "usage": 32768}
+    models = OpenAIClient(fault_server.url).list_models()
+    assert {m.id: m.context_tokens for m in models} == {"echo": 4096, "reasoning": None, "usage": 32768}
+    # The list said it all: nothing else was asked.
+    assert [r.path for r in fault_server.requests] == ["/v1/models"]
+
+
+def test_llama_cpp_server_reports_what_it_serves_in_props_else_the_training_context(
+    fault_server: FaultServer,
+) -> None:
+    fault_server.n_ctx_train, fault_server.props_n_ctx = 131072, 4096
+    models = OpenAIClient(fault_server.url).list_models()
+    assert {m.context_tokens for m in models} == {4096}
+    assert [r.path for r in fault_server.requests] == ["/v1/models", "/props"]
+
+    fault_server.props_n_ctx = None
+    assert {m.context_tokens for m in OpenAIClient(fault_server.url).list_models()} == {131072}
+
+
+def test_tgi_reports_its_context_in_info_and_a_server_that_says_nothing_costs_one_request(
+    fault_server: FaultServer,
+) -> None:
+    assert {m.context_tokens for m in OpenAIClient(fault_server.url).list_models()} == {None}
+    assert [r.path for r in fault_server.requests] == ["/v1/models", "/info"]
+    fault_server.info_max_total_tokens = 2048
+    assert {m.context_tokens for m in OpenAIClient(fault_server.url).list_models()} == {2048}
+
+
+def test_implausible_context_lengths_are_not_believed(fault_server: FaultServer) -> None:
+    fault_server.max_model_len = {"echo": 0, "reasoning": -4096, "usage": 1 << 40}
+    fault_server.info_max_total_tokens = 3
+    assert {m.context_tokens for m in OpenAIClient(fault_server.url).list_models()} == {None}

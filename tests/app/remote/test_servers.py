@@ -4,7 +4,7 @@ database: llama-cpp-python's server running the starter model, and the fault ser
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import keyring
@@ -12,11 +12,22 @@ import pytest
 from keyring.backends.fail import Keyring as FailKeyring
 from keyring.errors import KeyringLocked
 
+from app.chat.documents import TurnDocuments
 from app.chat.engine import ChatEngine, ModelStatus, TurnCallbacks
 from app.core import Core
+from app.documents.chunking import estimate_tokens
+from app.documents.library import DocumentLibrary
 from app.errors import HearthError
 from app.remote.openai_client import RemoteError
-from app.remote.registry import SERVERS_FILE, ServerRegistry, split_model_name
+from app.remote.registry import (
+    DEFAULT_SERVER_CONTEXT,
+    SERVERS_FILE,
+    ContextSource,
+    Server,
+    ServerContext,
+    ServerRegistry,
+    split_model_name,
+)
 from app.secret_store import SecretStore
 from inference.protocol import ErrorKind, SamplingParams
 from tests.conftest import MemoryKeyring
@@ -177,6 +188,73 @@ def test_a_damaged_servers_file_is_set_aside(hermetic_home: Path) -> None:
     assert [p.name.startswith(f"{SERVERS_FILE}.corrupt-") for p in hermetic_home.iterdir()] == [True]
     registry.add("lab", "http://127.0.0.1:1")
     assert [s.name for s in registry.servers()] == ["lab"]
+
+
+def test_a_servers_json_from_before_the_context_setting_loads_and_keeps_its_version(
+    hermetic_home: Path,
+) -> None:
+    hermetic_home.mkdir(parents=True, exist_ok=True)
+    path = hermetic_home / SERVERS_FILE
+    path.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "servers": [
+                    {"name": "lab", "url": "http://127.0.0.1:9/v1", "ca_bundle": None},
+                    # Hand edits gone wrong cost the setting, not the server.
+                    {
+                        "name": "big",
+                        "url": "http://127.0.0.1:10/v1",
+                        "ca_bundle": None,
+                        "context_tokens": "lots",
+                    },
+                    {"name": "tiny", "url": "http://127.0.0.1:11/v1", "ca_bundle": None, "context_tokens": 0},
+                ],
+            }
+        )
+    )
+    registry = ServerRegistry(hermetic_home)
+    assert registry.servers() == [
+        Server("big", "http://127.0.0.1:10/v1"),
+        Server("lab", "http://127.0.0.1:9/v1"),
+        Server("tiny", "http://127.0.0.1:11/v1"),
+    ]
+    assert registry.set_context_tokens("LAB", 32768) == Server("lab", "http://127.0.0.1:9/v1", None, 32768)
+    saved = json.loads(path.read_text())
+    assert saved["schema_version"] == 1
+    assert [s.get("context_tokens") for s in saved["servers"]] == [None, 32768, None]
+    assert registry.get("lab").context_tokens == 32768
+    # A change of CA bundle keeps the context, and back to automatic.
+    assert registry.set_ca_bundle("lab", None).context_tokens == 32768
+    assert registry.set_context_tokens("lab", None).context_tokens is None
+    for bad in (0, -1, 100, 10**9):
+        with pytest.raises(HearthError, match="cannot be a server's context length"):
+            registry.set_context_tokens("lab", bad)
+    with pytest.raises(HearthError, match="no server named"):
+        registry.set_context_tokens("nothing", 4096)
+
+
+def test_a_models_context_is_the_setting_else_what_the_server_reports_else_the_default(
+    hermetic_home: Path,
+) -> None:
+    registry = ServerRegistry(hermetic_home)
+    with serve_faults(max_model_len={"echo": 4096}) as server:
+        lab, _ = registry.add("lab", server.url)
+        assert registry.context_for(lab, "echo") == ServerContext(4096, ContextSource.SERVER)
+        assert registry.context_for(lab, "usage") == ServerContext(
+            DEFAULT_SERVER_CONTEXT, ContextSource.DEFAULT
+        )
+        # Asked once: what it reported is kept until its models are listed again.
+        assert [r.path for r in server.requests].count("/v1/models") == 1
+        lab = registry.set_context_tokens("lab", 16384)
+        assert registry.context_for(lab, "echo") == ServerContext(16384, ContextSource.SETTING)
+        server.max_model_len = {"echo": 2048}
+        registry.listing(registry.set_context_tokens("lab", None))
+        assert registry.context_for(registry.get("lab"), "echo") == ServerContext(2048, ContextSource.SERVER)
+    # A server that cannot be reached is planned for the default, and not asked again for every turn.
+    gone = registry.add("gone", server.url)[0]
+    assert registry.context_for(gone, "echo").source is ContextSource.DEFAULT
+    assert registry.context_for(gone, "echo").tokens == DEFAULT_SERVER_CONTEXT
 
 
 # -- turns through the engine --------------------------------------------------------------------------
@@ -361,7 +439,7 @@ def test_history_and_reasoning_go_through_the_same_conversation(
     ]
 
 
-def test_preparing_a_remote_model_loads_nothing_and_the_context_is_not_measured(
+def test_preparing_a_remote_model_loads_nothing_and_the_context_is_estimated(
     engine: ChatEngine, fault_server: FaultServer
 ) -> None:
     assert engine.servers is not None
@@ -370,8 +448,75 @@ def test_preparing_a_remote_model_loads_nothing_and_the_context_is_not_measured(
     engine.prepare("lab/echo", callbacks)
     assert engine.loaded is None
     assert [s.summary for s in callbacks.statuses] == ["Remote · lab"]
-    with pytest.raises(HearthError, match="on a server"):
-        engine.measure_context(None, "draft", "lab/echo")
+    draft = "A draft, counted by the estimate."
+    usage = engine.measure_context(None, draft, "lab/echo")
+    assert usage.estimated and usage.context_source is ContextSource.DEFAULT
+    assert (usage.used_tokens, usage.context_tokens) == (estimate_tokens(draft), DEFAULT_SERVER_CONTEXT)
+    assert usage.document_tokens == 0 and usage.searched == ()
+    assert engine.loaded is None
+
+
+@pytest.fixture
+def documents(core: Core) -> Iterator[DocumentLibrary]:
+    library = core.documents()
+    yield library
+    library.close()
+
+
+def _logbook(tmp_path: Path) -> Path:
+    """About 6,000 tokens by the estimate: whole in 8,192 tokens, not in 4,096."""
+    entries = [
+        f"Day {n}. The keeper trimmed the wick, wound the clock and noted the wind. " * 4 for n in range(80)
+    ]
+    entries[61] = "Day 61. The keeper hid the logbook's spare key behind the brass barometer."
+    path = tmp_path / "logbook.txt"
+    path.write_text("\n\n".join(entries), encoding="utf-8")
+    return path
+
+
+@pytest.mark.model
+def test_a_server_reporting_4096_tokens_gets_a_long_attachment_as_passages_unless_set_higher(
+    core: Core,
+    make_engine: Callable[..., ChatEngine],
+    documents: DocumentLibrary,
+    embedding_model: Path,
+    tmp_path: Path,
+) -> None:
+    registry = ServerRegistry(core.paths.home)
+    engine = make_engine(servers=registry, documents=documents)
+    logbook = documents.attach(_logbook(tmp_path))
+    attached = TurnDocuments((logbook,))
+    question = "Where is the logbook's spare key?"
+    with serve_faults(max_model_len={"echo": 4096}) as server:
+        registry.add("lab", server.url)
+        usage = engine.measure_context(None, question, "lab/echo", documents=attached)
+        assert usage.context_source is ContextSource.SERVER and usage.context_tokens == 4096
+        assert usage.searched == ("logbook.txt",) and 0 < usage.passage_tokens <= usage.document_tokens
+        assert usage.fits
+
+        searched = engine.run_turn(question, "lab/echo", documents=attached, callbacks=Recorder())
+        assert searched.status == "complete", searched.error
+        sent = server.requests[-1].body
+        assert sent is not None
+        prompt = sent["messages"][-1]["content"]
+        assert "Passages found in logbook.txt" in prompt and "brass barometer" in prompt
+        assert len(prompt) < 4096 * 4
+        (part,) = core.store.list_messages(searched.conversation_id)[0].attachments
+        assert part.meta["mode"] == "retrieved"
+
+        # The user's setting wins over what the server says.
+        registry.set_context_tokens("lab", 32768)
+        usage = engine.measure_context(None, question, "lab/echo", documents=attached)
+        assert (usage.context_tokens, usage.context_source, usage.searched) == (
+            32768,
+            ContextSource.SETTING,
+            (),
+        )
+        whole = engine.run_turn(question, "lab/echo", documents=attached, callbacks=Recorder())
+        sent = server.requests[-1].body
+        assert sent is not None and "Day 79." in sent["messages"][-1]["content"]
+        (part,) = core.store.list_messages(whole.conversation_id)[0].attachments
+        assert part.meta["mode"] == "whole"
 
 
 def test_the_server_survives_export_and_import(core: Core, tmp_path: Path) -> None:
