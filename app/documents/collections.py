@@ -32,8 +32,8 @@ import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Protocol
+from pathlib import Path, PurePath
+from typing import Final, Protocol
 
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.exc import IntegrityError
@@ -188,6 +188,26 @@ def _existing(path: PathLike) -> str:
     if not os.access(absolute, needed):
         raise CollectionError(f"Cannot read {absolute}: permission denied")
     return absolute
+
+
+# Vim's swap files, and what browsers and copy tools write before renaming to the real name.
+_LEFTOVER_SUFFIXES: Final = frozenset({".swp", ".swo", ".swx", ".tmp", ".part", ".partial", ".crdownload"})
+# Windows Explorer's own files, which are not hidden on other systems (and desktop.ini ends in .ini).
+_SYSTEM_NAMES: Final = frozenset({"desktop.ini", "thumbs.db"})
+
+
+def leftover_name(name: str) -> bool:
+    """Whether a file name is an editor's temporary, lock or backup file, or a download not finished:
+    Office's `~$report.docx` and `~WRL0001.tmp`, Emacs' `.#notes.md`, `#notes.md#` and `notes.md~`,
+    Vim's `.notes.md.swp`, a browser's `paper.pdf.crdownload`."""
+    lowered = name.lower()
+    return (
+        lowered.startswith(("~", ".#"))
+        or lowered.endswith("~")
+        or (len(lowered) > 1 and lowered.startswith("#") and lowered.endswith("#"))
+        or PurePath(lowered).suffix in _LEFTOVER_SUFFIXES
+        or lowered in _SYSTEM_NAMES
+    )
 
 
 def _hidden(entry: os.DirEntry[str]) -> bool:
@@ -507,7 +527,8 @@ class CollectionStore:
                 continue
             for entry in listed:
                 try:
-                    if _hidden(entry):
+                    # An editor's lock or temporary file would fail to index and be gone by the next scan.
+                    if _hidden(entry) or (not entry.is_dir() and leftover_name(entry.name)):
                         continue
                     if entry.is_dir():
                         target = entry.stat()

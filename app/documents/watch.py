@@ -52,7 +52,7 @@ from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 from watchdog.utils import UnsupportedLibcError
 
-from app.documents.collections import CollectionStore, PathLike
+from app.documents.collections import CollectionStore, PathLike, leftover_name
 from app.documents.extract import known_by_name
 
 log = logging.getLogger("hearth.documents")
@@ -62,30 +62,12 @@ _FILE_EVENTS: Final = frozenset(
 )
 # A folder's own "modified" only echoes a change to something in it, which has its own event.
 _FOLDER_EVENTS: Final = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_DELETED, EVENT_TYPE_MOVED})
-# Vim's swap files, and what browsers and copy tools write before renaming to the real name.
-_LEFTOVER_SUFFIXES: Final = frozenset({".swp", ".swo", ".swx", ".tmp", ".part", ".partial", ".crdownload"})
-# Windows Explorer's own files, which are not hidden on other systems (and desktop.ini ends in .ini).
-_SYSTEM_NAMES: Final = frozenset({"desktop.ini", "thumbs.db"})
 
 
 class WatchState(enum.Enum):
     EVENTS = "events"  # the system reports each change as it happens
     POLLING = "polling"  # re-read every poll_seconds: the system could not watch it
     UNAVAILABLE = "unavailable"  # not there, or unreadable: looked at again every recheck_seconds
-
-
-def leftover_name(name: str) -> bool:
-    """Whether a file name is an editor's temporary, lock or backup file, or a download not finished:
-    Office's `~$report.docx` and `~WRL0001.tmp`, Emacs' `.#notes.md`, `#notes.md#` and `notes.md~`,
-    Vim's `.notes.md.swp`, a browser's `paper.pdf.crdownload`."""
-    lowered = name.lower()
-    return (
-        lowered.startswith(("~", ".#"))
-        or lowered.endswith("~")
-        or (len(lowered) > 1 and lowered.startswith("#") and lowered.endswith("#"))
-        or PurePath(lowered).suffix in _LEFTOVER_SUFFIXES
-        or lowered in _SYSTEM_NAMES
-    )
 
 
 def _covers(folder: str, path: str) -> bool:
@@ -550,4 +532,4 @@ class CollectionWatcher:
         )
 
 
-__all__ = ["CollectionWatcher", "WatchState", "leftover_name"]
+__all__ = ["CollectionWatcher", "WatchState"]

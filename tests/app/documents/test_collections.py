@@ -184,6 +184,16 @@ def test_a_first_scan_finds_every_file_but_hidden_ones(collections: CollectionSt
     assert paths(collections.scan("notes").new) == ["bread.md", "garden.txt", "harbour.txt"]
 
 
+def test_a_scan_leaves_out_editors_lock_and_temporary_files(
+    collections: CollectionStore, folder: Path
+) -> None:
+    # What Word, Emacs and Vim leave beside a file being edited: never a document of its own.
+    for leftover in ("~$bread.docx", ".#garden.txt", "harbour.txt~", "notes.md.swp", "paper.pdf.crdownload"):
+        (folder / leftover).write_bytes(b"lock")
+    collections.create("notes", [folder])
+    assert paths(collections.scan("notes").new) == ["bread.md", "garden.txt", "harbour.txt"]
+
+
 def test_scans_tell_new_changed_missing_and_unchanged_files_apart(
     collections: CollectionStore, index: ChunkIndex, folder: Path
 ) -> None:

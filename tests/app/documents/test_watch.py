@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from app.attachments.files import FileStore
-from app.documents.collections import CollectionStore
+from app.documents.collections import CollectionStore, leftover_name
 from app.documents.extract import known_by_name
 from app.documents.index import ChunkIndex
 from app.documents.library import DocumentLibrary, RefreshReport
-from app.documents.watch import CollectionWatcher, WatchState, leftover_name
+from app.documents.watch import CollectionWatcher, WatchState
 from app.storage.db import Database
 
 # How long a test waits for what must happen: generous for a loaded machine, and never a measurement.
