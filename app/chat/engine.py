@@ -478,10 +478,12 @@ class ChatEngine:
         *,
         sampling: SamplingParams | None = None,
         callbacks: TurnCallbacks | None = None,
+        documents: TurnDocuments | None = None,
     ) -> TurnResult:
         """Ask again with different words: a new prompt beside the edited one (a new branch), then a reply.
 
-        The edited prompt and everything that followed it stay, on their own branch.
+        The edited prompt and everything that followed it stay, on their own branch. `documents`: the
+        collections the chat answers from.
         """
         with self._queue.turn(Job(interactive=True)):
             target = self.store.get_message(message_id)
@@ -497,6 +499,7 @@ class ChatEngine:
                 system_prompt=None,
                 sampling=sampling,
                 callbacks=callbacks or TurnCallbacks(),
+                documents=documents or TurnDocuments(),
             )
 
     def measure_context(

@@ -138,15 +138,27 @@ class ChatService(QObject):
         )
 
     def edit(
-        self, message_id: int, new_text: str, model_name: str, sampling: SamplingParams | None = None
+        self,
+        message_id: int,
+        new_text: str,
+        model_name: str,
+        sampling: SamplingParams | None = None,
+        *,
+        documents: TurnDocuments | None = None,
     ) -> Future[None] | None:
         """Non-blocking: a new prompt beside the user's message `message_id` (a new branch), then its reply.
 
-        Same signals as send. Ignored while a reply is streaming.
+        Same signals as send. Ignored while a reply is streaming. `documents`: the collections the chat
+        answers from (an edited prompt takes no new attachments).
         """
         return self._start_turn(
             lambda: self._engine.edit(
-                message_id, new_text, model_name, sampling=sampling, callbacks=self._callbacks
+                message_id,
+                new_text,
+                model_name,
+                sampling=sampling,
+                callbacks=self._callbacks,
+                documents=documents,
             )
         )
 

@@ -55,8 +55,16 @@ class FakeChat:
     def regenerate(self, message_id: int, model_name: str) -> None:
         self.asked.append(("regenerate", message_id, model_name))
 
-    def edit(self, message_id: int, new_text: str, model_name: str) -> None:
-        self.asked.append(("edit", message_id, new_text, model_name))
+    def edit(
+        self,
+        message_id: int,
+        new_text: str,
+        model_name: str,
+        *,
+        documents: TurnDocuments | None = None,
+    ) -> None:
+        edited: tuple[Any, ...] = ("edit", message_id, new_text, model_name)
+        self.asked.append(edited if documents is None else (*edited, documents))
 
 
 @dataclass
