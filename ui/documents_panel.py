@@ -81,6 +81,8 @@ class DocumentsPanel(QWidget):
         self._shown: str | None = None
         self._select_next: str | None = None
         self._files: CollectionFiles | None = None
+        # The file table's rows, by path, in the table's order.
+        self._rows: dict[str, QTreeWidgetItem] = {}
 
         self.intro = plain_label("documentsIntro")
         self.collectionList = QTreeWidget()
@@ -114,7 +116,8 @@ class DocumentsPanel(QWidget):
         header = self.fileTable.header()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
-        header.resizeSection(PATH, 300)
+        for column, width in ((PATH, 260), (STATUS, 90), (FILE_PASSAGES, 70)):
+            header.resizeSection(column, width)
 
         self.progressRow = QWidget()
         self.progressRow.setObjectName("indexingProgress")
@@ -203,20 +206,21 @@ class DocumentsPanel(QWidget):
         self.emptyLabel.setText(self.tr("No collections yet."))
         self.newButton.setText(self.tr("&New collection…"))
         self.deleteButton.setText(self.tr("&Delete collection…"))
-        self.rootsLabel.setText(self.tr("Files and &folders"))
+        self.rootsLabel.setText(self.tr("Files and folders"))
         self.addFilesButton.setText(self.tr("Add &files…"))
         self.addFolderButton.setText(self.tr("Add f&older…"))
         self.removePathButton.setText(self.tr("&Remove selected path"))
         self.removePathButton.setToolTip(
             self.tr("Take it out of the collection; the files themselves are not touched")
         )
-        self.refreshButton.setText(self.tr("Re&fresh"))
+        self.refreshButton.setText(self.tr("Refres&h"))
         self.refreshButton.setToolTip(self.tr("Index the files that are new or changed since the last time"))
         self.cancelButton.setText(self.tr("&Cancel"))
         self.cancelButton.setToolTip(self.tr("Stop indexing; what is indexed stays indexed"))
         self.fileTable.setHeaderLabels(
             [self.tr("File"), self.tr("Status"), self.tr("Passages"), self.tr("Reason")]
         )
+        self._fill_table()
         self._show_selected_collection()
         self._show_progress()
 
@@ -269,7 +273,7 @@ class DocumentsPanel(QWidget):
             self._shown = name
             self._files = None
             self.rootList.clear()
-            self.fileTable.clear()
+            self._fill_table()
             if name is not None:
                 # A look at the disk too: files changed since the last pass show as changed.
                 self._service.load_files(name, check=True)
@@ -321,29 +325,42 @@ class DocumentsPanel(QWidget):
         self._show_selected_collection()
 
     def _fill_table(self) -> None:
+        """Rows are made once per file and updated in place: a pass lists the files again after each
+        one, and a collection can hold thousands."""
         listed = self._files
         table = self.fileTable
-        scrolled = table.verticalScrollBar().value()
-        table.clear()
         if listed is None:
+            table.clear()
+            self._rows = {}
             return
+        if [entry.path for entry in listed.files] != list(self._rows):
+            table.clear()
+            self._rows = {entry.path: self._new_row(entry, listed.roots) for entry in listed.files}
+            table.addTopLevelItems(list(self._rows.values()))
         progress = self._service.indexing
         current = progress.path if progress is not None and progress.collection == listed.name else ""
         for entry in listed.files:
-            table.addTopLevelItem(self._file_item(entry, listed.roots, current))
-        table.verticalScrollBar().setValue(scrolled)
+            self._show_row(self._rows[entry.path], entry, current)
 
-    def _file_item(self, entry: FileEntry, roots: Sequence[str], current: str) -> QTreeWidgetItem:
-        status = self.tr("Indexing…") if entry.path == current else status_text(entry.status)
-        passages = str(entry.passages) if entry.passages is not None else ""
-        item = QTreeWidgetItem([shown_path(entry.path, roots), status, passages, entry.error or ""])
+    @staticmethod
+    def _new_row(entry: FileEntry, roots: Sequence[str]) -> QTreeWidgetItem:
+        item = QTreeWidgetItem([shown_path(entry.path, roots), "", "", ""])
         item.setData(PATH, Qt.ItemDataRole.UserRole, entry.path)
-        item.setData(STATUS, Qt.ItemDataRole.UserRole, entry.status)
         item.setToolTip(PATH, plain_tooltip(entry.path))
-        if entry.error:
-            item.setToolTip(REASON, plain_tooltip(entry.error))
         item.setTextAlignment(FILE_PASSAGES, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return item
+
+    def _show_row(self, item: QTreeWidgetItem, entry: FileEntry, current: str) -> None:
+        status = self.tr("Indexing…") if entry.path == current else status_text(entry.status)
+        passages = str(entry.passages) if entry.passages is not None else ""
+        reason = entry.error or ""
+        shown = (status, passages, reason)
+        if (item.text(STATUS), item.text(FILE_PASSAGES), item.text(REASON)) == shown:
+            return
+        item.setText(STATUS, status)
+        item.setText(FILE_PASSAGES, passages)
+        item.setText(REASON, reason)
+        item.setToolTip(REASON, plain_tooltip(reason))
 
     def file_rows(self) -> dict[str, tuple[str, str, str, str]]:
         """The table as shown, by full path: (shown path, status, passages, reason)."""
