@@ -129,16 +129,15 @@ def test_asking_again_while_a_pass_runs_makes_one_more_pass(
     asker = threading.Thread(target=service.refresh_in_background, args=("ships",))
     asker.start()
     asker.join()
-    qtbot.waitUntil(lambda: len(heard.finished) == 1, timeout=WAIT_MS)
-    qtbot.waitUntil(lambda: len(heard.finished) == 2, timeout=WAIT_MS)
+    wait_for_passes(qtbot, heard, 2)
 
     assert heard.started == ["ships", "ships"]
+    assert service.waiting() == () and service.indexing is None
     first, second = heard.reports("ships")
     assert first is not None and first.indexed == 12
     # The second pass finds nothing new to index.
     assert second is not None and (second.indexed, second.unchanged) == (0, 12)
     assert all(t.name.startswith("hearth-indexing") for t in heard.pass_threads)
-    assert service.waiting() == () and service.indexing is None
 
 
 def test_cancel_stops_a_pass_midway_and_a_later_pass_finishes_it(
