@@ -29,6 +29,7 @@ from app.documents.library import Attachment
 from app.errors import HearthError
 from app.remote.registry import split_model_name
 from ui.attachments import AttachmentTray, FileDrops, PassageDialog, forget_opened_copies, openable_copy
+from ui.collection_picker import CollectionPicker
 from ui.composer import Composer
 from ui.context_meter import ContextMeter
 from ui.message_row import ReplyStats, TranscriptEntry
@@ -131,6 +132,10 @@ class ChatArea(QWidget):
         self.composer = Composer()
         services = context.services
         self.attachments = AttachmentTray(services.documents, services.documents_worker, context.show_error)
+        self.collectionPicker = CollectionPicker(context.session, services.documents_service)
+        documents = QHBoxLayout()
+        documents.addWidget(self.attachments, 1)
+        documents.addWidget(self.collectionPicker)
         self.sendButton = QPushButton()
         self.sendButton.setObjectName("sendButton")
         self.stopButton = QPushButton()
@@ -152,7 +157,7 @@ class ChatArea(QWidget):
         layout.addWidget(self.transcript, 1)
         layout.addWidget(self.editBanner)
         layout.addWidget(self.contextMeter)
-        layout.addWidget(self.attachments)
+        layout.addLayout(documents)
         layout.addLayout(compose)
 
         self._measure_timer = QTimer(self)
@@ -211,6 +216,7 @@ class ChatArea(QWidget):
         )
         self.sendButton.setText(self.tr("Send"))
         self.attachments.retranslate()
+        self.collectionPicker.retranslate()
         self.update_controls()
         self.stopButton.setText(self.tr("Stop"))
         self.contextMeter.retranslate()
@@ -225,6 +231,7 @@ class ChatArea(QWidget):
             self.tr("Waiting for the attached files to be read") if reading and not busy else ""
         )
         self.attachments.attachButton.setEnabled(writable)
+        self.collectionPicker.button.setEnabled(writable)
         self.stopButton.setEnabled(busy)
         # Enabled without models too: "Add server…" is in it.
         self.modelBar.modelPicker.setEnabled(not busy and writable)

@@ -15,6 +15,8 @@ AskText = Callable[[QWidget, str, str, str], str | None]
 AskSavePath = Callable[[QWidget, str, str, str], Path | None]
 # (parent, title, name filter) → the chosen file, or None.
 AskOpenPath = Callable[[QWidget, str, str], Path | None]
+# (parent, title) → the chosen files (none when cancelled).
+AskOpenPaths = Callable[[QWidget, str], list[Path]]
 # (parent, title) → the chosen folder, or None.
 AskDirectory = Callable[[QWidget, str], Path | None]
 # (parent, title, label, items) → the index of the chosen item, or None.
@@ -51,6 +53,11 @@ def ask_open_path(parent: QWidget, title: str, name_filter: str) -> Path | None:
     return Path(chosen) if chosen else None
 
 
+def ask_open_paths(parent: QWidget, title: str) -> list[Path]:
+    chosen, _ = QFileDialog.getOpenFileNames(parent, title, str(Path.home()))
+    return [Path(name) for name in chosen]
+
+
 def ask_directory(parent: QWidget, title: str) -> Path | None:
     chosen = QFileDialog.getExistingDirectory(parent, title, str(Path.home()))
     return Path(chosen) if chosen else None
@@ -71,3 +78,4 @@ class Dialogs:
     ask_open: AskOpenPath = ask_open_path
     ask_folder: AskDirectory = ask_directory
     ask_choice: AskChoice = ask_choice
+    ask_open_many: AskOpenPaths = ask_open_paths

@@ -28,6 +28,7 @@ from ui.dialogs import (
     AskChoice,
     AskDirectory,
     AskOpenPath,
+    AskOpenPaths,
     AskSavePath,
     AskText,
     ConfirmAction,
@@ -35,10 +36,12 @@ from ui.dialogs import (
     ask_choice,
     ask_directory,
     ask_open_path,
+    ask_open_paths,
     ask_save_path,
     ask_text,
     confirm_action,
 )
+from ui.documents_panel import DocumentsDialog
 from ui.highlight import warm_up as warm_up_highlighting
 from ui.i18n import Translations
 from ui.library_panel import LibraryDialog
@@ -68,6 +71,7 @@ class MainWindow(QMainWindow):
         ask_open: AskOpenPath = ask_open_path,
         ask_folder: AskDirectory = ask_directory,
         ask_choice: AskChoice = ask_choice,
+        ask_open_many: AskOpenPaths = ask_open_paths,
         confirm_open: ConfirmOpen = confirm_open_url,
         open_url: OpenUrl = QDesktopServices.openUrl,
         translations: Translations | None = None,
@@ -81,6 +85,7 @@ class MainWindow(QMainWindow):
         self._conversations_loaded = False
         self._library_dialog: LibraryDialog | None = None
         self._local_server_dialog: LocalServerDialog | None = None
+        self._documents_dialog: DocumentsDialog | None = None
         # Once closed, no new background work: the services may already be shutting down.
         self._closed = False
         read_only = services.core.damaged is not None
@@ -98,7 +103,7 @@ class MainWindow(QMainWindow):
         self._context = WindowContext(
             services,
             self.session,
-            Dialogs(confirm, ask, ask_save, ask_open, ask_folder, ask_choice),
+            Dialogs(confirm, ask, ask_save, ask_open, ask_folder, ask_choice, ask_open_many),
             self._run,
             self.statusLine.show_info,
             self.statusLine.show_error,
@@ -131,6 +136,7 @@ class MainWindow(QMainWindow):
         self.session.refresh_conversations()
         self._run(services.library.list_models, self.chatArea.modelBar.show_models)
         services.servers_service.refresh()
+        services.documents_service.reload()
         self._run(services.chat.current_status, self.statusLine.show_model_status)
         self.chatSettings.refresh_presets()
         self._run(warm_up_highlighting, lambda _none: None)
@@ -175,6 +181,7 @@ class MainWindow(QMainWindow):
         self.exportMarkdownAction, self.exportJsonAction = menus.exportMarkdownAction, menus.exportJsonAction
         self.exportAllMarkdownAction = menus.exportAllMarkdownAction
         self.localServerAction, self.serversAction = menus.localServerAction, menus.serversAction
+        self.documentsAction, self.collectionPicker = menus.documentsAction, chat.collectionPicker
 
     def _connect(self) -> None:
         sidebar, chat, bar, settings, files, menus = (
@@ -199,6 +206,7 @@ class MainWindow(QMainWindow):
         chat.contextMeter.policyClicked.connect(self._focus_policy)
         chat.salvageButton.clicked.connect(files.salvage_export)
         chat.restoreButton.clicked.connect(files.restore_from_backup)
+        chat.collectionPicker.manageRequested.connect(self.open_documents)
         bar.listed.connect(self._models_listed)
         bar.prepared.connect(chat.schedule_measure)
         bar.picked.connect(settings.reload)
@@ -221,6 +229,7 @@ class MainWindow(QMainWindow):
         menus.find.connect(self.open_search)
         menus.toggleSettings.connect(self.toggle_settings)
         menus.openModels.connect(self.open_library)
+        menus.openDocuments.connect(self.open_documents)
         menus.openLocalServer.connect(self.open_local_server)
         menus.openServers.connect(self.open_manage_servers)
         menus.themeChosen.connect(self.set_theme_choice)
@@ -236,6 +245,8 @@ class MainWindow(QMainWindow):
         services.chat.modelStatus.connect(self.statusLine.show_model_status)
         services.chat.busyChanged.connect(self._update_controls)
         services.gpu_monitor.status.connect(self.statusLine.show_gpu)
+        # Indexing goes on with the panel closed (a folder watcher starts passes too): its errors show here.
+        services.documents_service.failed.connect(self.statusLine.show_error)
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._on_color_scheme)
 
     def retranslate(self) -> None:
@@ -397,6 +408,19 @@ class MainWindow(QMainWindow):
         self._library_dialog.show()
         self._library_dialog.raise_()
         self._library_dialog.activateWindow()
+
+    def open_documents(self) -> DocumentsDialog:
+        if self._documents_dialog is None:
+            self._documents_dialog = DocumentsDialog(
+                self._services.documents_service,
+                self._context.dialogs,
+                read_only=self._context.read_only,
+                parent=self,
+            )
+        self._documents_dialog.show()
+        self._documents_dialog.raise_()
+        self._documents_dialog.activateWindow()
+        return self._documents_dialog
 
     def open_add_server(self) -> ServerDialog:
         return self.chatArea.modelBar.open_add_server()

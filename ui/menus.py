@@ -22,6 +22,7 @@ class MainMenus(QObject):
     find = Signal()
     toggleSettings = Signal()
     openModels = Signal()
+    openDocuments = Signal()
     openLocalServer = Signal()
     openServers = Signal()
     themeChosen = Signal(str)
@@ -68,6 +69,9 @@ class MainMenus(QObject):
         self.settingsAction.setCheckable(True)
         self.modelsAction = self._action(
             self.viewMenu, "modelsAction", self.openModels.emit, QKeySequence("Ctrl+Shift+M")
+        )
+        self.documentsAction = self._action(
+            self.viewMenu, "documentsAction", self.openDocuments.emit, QKeySequence("Ctrl+Shift+D")
         )
         self.localServerAction = self._action(self.viewMenu, "localServerAction", self.openLocalServer.emit)
         self.serversAction = self._action(self.viewMenu, "serversAction", self.openServers.emit)
@@ -123,6 +127,7 @@ class MainMenus(QObject):
         self.viewMenu.setTitle(self.tr("&View"))
         self.settingsAction.setText(self.tr("Chat &settings"))
         self.modelsAction.setText(self.tr("&Models…"))
+        self.documentsAction.setText(self.tr("&Documents…"))
         self.localServerAction.setText(self.tr("Local API &server…"))
         self.serversAction.setText(self.tr("Se&rvers…"))
         self.themeMenu.setTitle(self.tr("&Theme"))
@@ -144,7 +149,7 @@ class MainMenus(QObject):
         self._language_actions[choice].setChecked(True)
 
     def update_controls(self, *, writable: bool, has_chat: bool) -> None:
-        for action in (self.newChatAction, self.importAction):
+        for action in (self.newChatAction, self.importAction, self.documentsAction):
             action.setEnabled(writable)
         self.exportMarkdownAction.setEnabled(has_chat)
         self.exportJsonAction.setEnabled(has_chat)

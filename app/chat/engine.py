@@ -502,7 +502,7 @@ class ChatEngine:
 
         The edited prompt and everything that followed it stay, on their own branch. `documents` go with the
         new prompt: the window passes the edited prompt's files again, less those the user took off and
-        with those added (app.chat.documents.prompt_attachments).
+        with those added (app.chat.documents.prompt_attachments), and the collections the chat answers from.
         """
         with self._queue.turn(Job(interactive=True)):
             target = self.store.get_message(message_id)

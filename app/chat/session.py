@@ -63,6 +63,8 @@ class Request:
     # The files sent with a new message or a new version of one (stored already), handed back with the
     # prompt if it never starts.
     attachments: tuple[Attachment, ...] = ()
+    # The collections the chat answered from when it was asked.
+    collections: tuple[str, ...] = ()
 
 
 @dataclass
@@ -155,6 +157,10 @@ class ChatSession:
         self._after_creation: list[Callable[[], None]] = []
         # Counts settings edits, so a conversation read from before an edit does not overwrite it.
         self._settings_edits = 0
+        # The collections each chat answers from, for as long as the app runs (None: the new chat, until it
+        # is created). Not stored: a conversation's stored settings are generation settings only, which
+        # its settings pane replaces whole.
+        self._collections: dict[int | None, tuple[str, ...]] = {}
 
         self.conversations_listed: Event[Sequence[Conversation]] = Event()
         self.branch_loaded: Event[BranchLoaded] = Event()
@@ -167,6 +173,8 @@ class ChatSession:
         self.settings_reset: Event[Conversation] = Event()
         # The message now being edited, or None when editing ended.
         self.editing_changed: Event[Message | None] = Event()
+        # The collections the open chat answers from, whenever they or the open chat change.
+        self.collections_changed: Event[tuple[str, ...]] = Event()
         self.reply_began: Event[ReplyBegan] = Event()
         self.reply_noted: Event[StreamingReply] = Event()
         self.reply_finished: Event[ReplyFinished] = Event()
@@ -198,13 +206,18 @@ class ChatSession:
         self._load_generation += 1
         self.messages = {}
         self.cancel_edit()
+        self._collections.pop(None, None)
+        self.collections_changed.emit(())
 
     def open(self, conversation_id: int, focus_message: int | None = None) -> None:
         """With `focus_message`, switch to the branch holding it (unless a reply is being written there)."""
-        if conversation_id != self.current_id:
+        switched = conversation_id != self.current_id
+        if switched:
             self.cancel_edit()
         self.current_id = conversation_id
         self._load_generation += 1
+        if switched:
+            self.collections_changed.emit(self.collections)
         generation = self._load_generation
         store = self._store
         streaming_here = self.streaming_in(conversation_id)
@@ -306,6 +319,7 @@ class ChatSession:
             if self.current_id is None:
                 self.current_id = conversation.id
                 self._load_generation += 1
+                self._adopt_new_chat_collections(conversation.id)
             self._settings_saved(conversation)
             self.refresh_conversations()
             waiting, self._after_creation = self._after_creation, []
@@ -352,6 +366,39 @@ class ChatSession:
         if remember and name is not None and name != self._settings.current.default_model:
             self._settings.update(default_model=name)
 
+    # -- the collections the chat answers from ----------------------------------------------------
+
+    @property
+    def collections(self) -> tuple[str, ...]:
+        return self._collections.get(self.current_id, ())
+
+    def choose_collections(self, names: Sequence[str]) -> None:
+        """The open chat's next turns answer from these collections (none: from no collection)."""
+        chosen = tuple(dict.fromkeys(names))
+        if chosen:
+            self._collections[self.current_id] = chosen
+        else:
+            self._collections.pop(self.current_id, None)
+        self.collections_changed.emit(chosen)
+
+    def keep_collections(self, existing: Sequence[str]) -> None:
+        """Only these collections exist now: a chat stops answering from one that was removed."""
+        before = self.collections
+        kept = set(existing)
+        for key, names in list(self._collections.items()):
+            remaining = tuple(name for name in names if name in kept)
+            if remaining:
+                self._collections[key] = remaining
+            else:
+                del self._collections[key]
+        if self.collections != before:
+            self.collections_changed.emit(self.collections)
+
+    def _adopt_new_chat_collections(self, conversation_id: int) -> None:
+        chosen = self._collections.pop(None, None)
+        if chosen:
+            self._collections[conversation_id] = chosen
+
     # -- asking ----------------------------------------------------------------------------------
 
     def can_send(self, prompt: str) -> bool:
@@ -360,16 +407,20 @@ class ChatSession:
     def send(self, prompt: str, attachments: tuple[Attachment, ...] = ()) -> None:
         """The composer's text, as a new message or (while editing) a new version of one, with the files
         attached to it: while editing, those of the edited message (`editing_changed` hands them to the
-        window, app.chat.documents.prompt_attachments) as the user left them."""
+        window, app.chat.documents.prompt_attachments) as the user left them. The collections the chat
+        answers from go with both."""
         assert self.model is not None and self.can_send(prompt) and not self._creating
-        documents = TurnDocuments(attachments) if attachments else None
+        collections = self.collections
+        documents = TurnDocuments(attachments, collections) if attachments or collections else None
         if self.editing is not None:
             target = self.editing
             self.cancel_edit()
-            self.pending = Request("edit", self.current_id, prompt, target, attachments)
+            self.pending = Request("edit", self.current_id, prompt, target, attachments, collections)
             self._chat.edit(target, prompt, self.model, documents=documents)
         else:
-            self.pending = Request("send", self.current_id, prompt, attachments=attachments)
+            self.pending = Request(
+                "send", self.current_id, prompt, attachments=attachments, collections=collections
+            )
             self._chat.send(self.current_id, prompt, self.model, documents=documents)
 
     def regenerate(self, message_id: int) -> None:
@@ -402,6 +453,10 @@ class ChatSession:
             # Sent from "New chat": the session follows the conversation the service just created.
             self.current_id = conversation_id
             self._load_generation += 1
+            self._adopt_new_chat_collections(conversation_id)
+        elif request.conversation_id is None and request.collections:
+            # Another chat was opened meanwhile: the one created still answers from what it was sent with.
+            self._collections.setdefault(conversation_id, request.collections)
         self.reply_began.emit(ReplyBegan(self.live, request, conversation_id == self.current_id))
 
     def _streaming(self, assistant_message_id: int) -> LiveReply | None:

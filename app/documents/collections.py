@@ -338,6 +338,22 @@ class CollectionStore:
                 )
             ]
 
+    def passages(self, name: str) -> dict[str, int]:
+        """How many passages are stored for each of the collection's files that has some, by path."""
+        with self._db.read_session() as session:
+            row = self._row(session, name)
+            return {
+                str(path): int(count)
+                for path, count in session.execute(
+                    text(
+                        "SELECT f.path, count(*) FROM collection_files AS f "
+                        "JOIN document_chunks AS c ON c.content_sha256 = f.content_sha256 "
+                        "WHERE f.collection_id = :id GROUP BY f.id"
+                    ),
+                    {"id": row.id},
+                )
+            }
+
     def add_paths(self, name: str, paths: Sequence[PathLike]) -> Collection:
         """Add files or folders; ones already in the collection are left as they are."""
         roots = list(dict.fromkeys(_existing(path) for path in paths))

@@ -83,6 +83,10 @@ class RefreshReport:
     cancelled: bool = False
 
 
+class _Cancelled(Exception):
+    """Indexing was cancelled in the middle of a file."""
+
+
 class DocumentLibrary:
     def __init__(
         self,
@@ -203,8 +207,9 @@ class DocumentLibrary:
         cancel: threading.Event | None = None,
     ) -> RefreshReport:
         """Index what changed in the collection's folders since the last time. A file that cannot be read is
-        recorded as failed with its reason and the rest go on; `cancel` stops between files (what was
-        indexed stays indexed)."""
+        recorded as failed with its reason and the rest go on; `cancel` stops before the next file, or
+        between embedding batches of a long one (what was indexed stays indexed, the file it stopped in
+        stays to do)."""
         plan = self.collections.scan(name)
         todo = plan.to_index
         failed: list[tuple[str, str]] = []
@@ -219,8 +224,13 @@ class DocumentLibrary:
                 progress(IndexProgress(name, number, len(todo), found.path))
             assert embedder is not None
             try:
-                self._index_file(name, found, embedder)
+                self._index_file(name, found, embedder, cancel)
                 indexed += 1
+            except _Cancelled:
+                # Mid-file: nothing of it was stored, so it stays pending (or changed) for the next pass.
+                return RefreshReport(
+                    name, indexed, tuple(failed), len(plan.missing), len(plan.unchanged), True
+                )
             except (DocumentError, HearthError, OSError) as exc:
                 reason = str(exc) if isinstance(exc, HearthError) else f"{found.path}: {exc.strerror or exc}"
                 self.collections.mark_failed(name, found.path, reason)
@@ -229,21 +239,32 @@ class DocumentLibrary:
             progress(IndexProgress(name, len(todo), len(todo), ""))
         return RefreshReport(name, indexed, tuple(failed), len(plan.missing), len(plan.unchanged))
 
-    def _index_file(self, name: str, found: FoundFile, embedder: Embedder) -> None:
+    def _index_file(
+        self, name: str, found: FoundFile, embedder: Embedder, cancel: threading.Event | None
+    ) -> None:
         path = Path(found.path)
         digest = sha256_file(path)
         if not self.index.has_chunks(digest, embedder.model_id):
-            self._index_content(digest, extract(path), embedder)
+            self._index_content(digest, extract(path), embedder, cancel)
         self.collections.mark_indexed(name, path, digest, found.size_bytes, found.mtime_ns)
 
-    def _index_content(self, sha256: str, document: ExtractedDocument, embedder: Embedder) -> None:
+    def _index_content(
+        self,
+        sha256: str,
+        document: ExtractedDocument,
+        embedder: Embedder,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        """`cancel` is checked between batches (raising _Cancelled, with nothing stored): a long PDF takes
+        minutes to embed, and Cancel, or quitting, must not wait for all of it."""
         # The estimate, not the model's tokenizer: chunking measures thousands of spans, each a round trip to
         # the runner, and e5's 512-token window leaves room for the estimate's error at 400.
         chunks = chunk(document)
-        vectors = [
-            embedder.embed_passages([c.text for c in chunks[i : i + EMBED_BATCH]])
-            for i in range(0, len(chunks), EMBED_BATCH)
-        ]
+        vectors: list[npt.NDArray[np.float32]] = []
+        for i in range(0, len(chunks), EMBED_BATCH):
+            if cancel is not None and cancel.is_set():
+                raise _Cancelled
+            vectors.append(embedder.embed_passages([c.text for c in chunks[i : i + EMBED_BATCH]]))
         matrix = np.concatenate(vectors) if vectors else np.zeros((0, 1), dtype=np.float32)
         self.index.add_chunks(
             sha256,

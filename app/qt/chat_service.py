@@ -159,7 +159,8 @@ class ChatService(QObject):
         """Non-blocking: a new prompt beside the user's message `message_id` (a new branch), then its reply.
         `documents`: the files the new prompt goes with (the edited one's, as the user left them).
 
-        Same signals as send. Ignored while a reply is streaming.
+        Same signals as send. Ignored while a reply is streaming. `documents`: the collections the chat
+        answers from (an edited prompt takes no new attachments).
         """
         return self._start_turn(
             lambda: self._engine.edit(

@@ -14,6 +14,7 @@ from app.library.installed import ModelLibrary
 from app.paths import HearthPaths
 from app.qt.background import Background
 from app.qt.chat_service import ChatService
+from app.qt.documents_service import DocumentsService
 from app.qt.gpu_monitor import GpuMonitor
 from app.qt.library_service import LibraryService
 from app.qt.local_api_service import LocalServerService
@@ -48,6 +49,8 @@ class AppServices:
     # Reading attached files (extraction can take seconds for a long PDF): never on the GUI thread, and
     # never behind database or network work.
     documents_worker: Background
+    # Collections as the window shows them, the user's changes to them, and indexing on its own thread.
+    documents_service: DocumentsService
 
     @classmethod
     def start(cls, paths: HearthPaths) -> AppServices:
@@ -95,6 +98,7 @@ class AppServices:
             local_server=local_server,
             documents=documents,
             documents_worker=Background("documents"),
+            documents_service=DocumentsService(documents),
         )
 
     @property
@@ -126,6 +130,8 @@ class AppServices:
         self.chat.shutdown()
         # Files still being read are dropped: nothing holds them yet.
         self.documents_worker.shutdown(cancel_pending=True)
+        # Before the embedder closes: a pass stops at its next batch, the changes asked for still land.
+        self.documents_service.shutdown()
         self.documents.close()
         self.network.shutdown()
         self.servers_service.shutdown()

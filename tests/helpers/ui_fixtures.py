@@ -29,6 +29,8 @@ class DialogAnswers:
     # What the file dialogs answer (None: the user cancels).
     save_path: Path | None = None
     open_path: Path | None = None
+    # What "choose files" answers (empty: the user cancels).
+    open_paths: list[Path] = field(default_factory=list)
     folder: Path | None = None
     # What a list question answers: the index of the item chosen (None: the user cancels).
     choice: int | None = None
@@ -53,6 +55,10 @@ class DialogAnswers:
     def ask_open(self, parent: QWidget, title: str, name_filter: str) -> Path | None:
         self.file_dialogs.append(title)
         return self.open_path
+
+    def ask_open_many(self, parent: QWidget, title: str) -> list[Path]:
+        self.file_dialogs.append(title)
+        return list(self.open_paths)
 
     def ask_folder(self, parent: QWidget, title: str) -> Path | None:
         self.file_dialogs.append(title)
@@ -111,6 +117,7 @@ class GuiSessions:
                 ask_open=answers.ask_open,
                 ask_folder=answers.ask_folder,
                 ask_choice=answers.ask_choice,
+                ask_open_many=answers.ask_open_many,
                 confirm_open=answers.confirm_open,
                 open_url=answers.open_url,
                 preload_model=preload_model,

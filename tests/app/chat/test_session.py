@@ -391,3 +391,77 @@ def test_an_edited_message_goes_with_the_files_the_window_hands_over_and_gets_th
     session.reply_error(-1, "context_overflow", "Too long")
     (failed,) = heard.of("reply_failed")
     assert failed.request is not None and failed.request.attachments == (notes, extra)
+
+
+def answers_from(session: ChatSession) -> tuple[str, ...]:
+    """Read afresh each time (mypy would take an earlier comparison for what it still is)."""
+    return session.collections
+
+
+def last(items: list[T]) -> T:
+    return items[-1]
+
+
+def test_the_collections_chosen_are_each_chats_own_and_go_with_its_turns(
+    session: ChatSession, store: ConversationStore, chat: FakeChat, later: Later
+) -> None:
+    shown: list[tuple[str, ...]] = []
+    session.collections_changed.connect(shown.append)
+    session.choose_collections(["handbook", "tides", "handbook"])
+    assert answers_from(session) == ("handbook", "tides") and shown == [("handbook", "tides")]
+
+    # Sent from New chat: the conversation the service creates answers from them from now on.
+    session.send("Where is the key?")
+    assert chat.asked == [
+        ("send", None, "Where is the key?", "starter", TurnDocuments(collections=("handbook", "tides")))
+    ]
+    first, user_id, reply_id = _stream_into_new_chat(session, store, "Where is the key?")
+    store.finish_message(reply_id, content="Under the pot.", status="complete")
+    session.reply_done(reply_id, STATS, "complete")
+    later.drain()
+    assert answers_from(session) == ("handbook", "tides")
+
+    other = store.create_conversation("Other")
+    session.open(other.id)
+    assert answers_from(session) == () and last(shown) == ()
+    session.send("Anything?")
+    assert last(chat.asked) == ("send", other.id, "Anything?", "starter")
+    session.reply_error(-1, "internal", "no")
+
+    session.new_chat()
+    assert answers_from(session) == ()
+    session.open(first)
+    later.drain()
+    assert answers_from(session) == ("handbook", "tides") and last(shown) == ("handbook", "tides")
+    # An edited prompt answers from them too (it takes no new attachments).
+    session.begin_edit(user_id)
+    session.send("Where is the spare key?")
+    assert last(chat.asked) == (
+        "edit",
+        user_id,
+        "Where is the spare key?",
+        "starter",
+        TurnDocuments(collections=("handbook", "tides")),
+    )
+    assert session.pending is not None and session.pending.collections == ("handbook", "tides")
+
+
+def test_a_collection_that_is_gone_is_no_longer_answered_from(
+    session: ChatSession, store: ConversationStore
+) -> None:
+    shown: list[tuple[str, ...]] = []
+    session.collections_changed.connect(shown.append)
+    other = store.create_conversation("Other")
+    session.open(other.id)
+    session.choose_collections(["tides"])
+    session.new_chat()
+    session.choose_collections(["handbook", "tides"])
+
+    session.keep_collections(["handbook"])
+    assert answers_from(session) == ("handbook",) and last(shown) == ("handbook",)
+    session.open(other.id)
+    assert answers_from(session) == ()
+    # Nothing changed for the open chat: nothing to tell.
+    count = len(shown)
+    session.keep_collections([])
+    assert len(shown) == count
