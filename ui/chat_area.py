@@ -172,6 +172,7 @@ class ChatArea(QWidget):
         self.attachments.changed.connect(self.update_controls)
         # What the files cost is on the meter before Send.
         self.attachments.changed.connect(self.schedule_measure)
+        self._session.collections_changed.connect(lambda _chosen: self.schedule_measure())
         self._opened_dir = services.paths.home / "opened"
         if not context.read_only:
             opened_dir = self._opened_dir
@@ -482,11 +483,11 @@ class ChatArea(QWidget):
         # Measuring loads the model; a window told not to preload (the smoke test) leaves it alone.
         if model is None or not context.preload_model or context.is_closed() or session.creating:
             return
-        attachments = self.attachments.attachments()
+        attachments, collections = self.attachments.attachments(), session.collections
         context.services.chat.measure_context(
             session.current_id,
             self.composer.toPlainText(),
             model,
-            documents=TurnDocuments(attachments) if attachments else None,
+            documents=TurnDocuments(attachments, collections) if attachments or collections else None,
             replacing=session.editing,
         )

@@ -199,6 +199,10 @@ class ContextMeter(QWidget):
                 len(usage.searched),
             )
             return searched.format(tokens=tokens)
+        if usage.collections:
+            return self.tr("Documents: up to {tokens} tokens · passages from {names}").format(
+                tokens=tokens, names=", ".join(usage.collections)
+            )
         if usage.document_tokens > 0:
             return self.tr("Documents: {tokens} tokens").format(tokens=tokens)
         return ""
@@ -217,6 +221,13 @@ class ContextMeter(QWidget):
                     "Too long to send whole, so searched when you send: {names}. Only the passages most "
                     "relevant to your message go in, up to {tokens} tokens."
                 ).format(names=", ".join(usage.searched), tokens=f"{usage.passage_tokens:,}")
+            )
+        if usage.collections:
+            lines.append(
+                self.tr(
+                    "The collections this chat answers from are searched when you send: {names}. The "
+                    "passages most relevant to your message go in, up to {tokens} tokens."
+                ).format(names=", ".join(usage.collections), tokens=f"{usage.passage_tokens:,}")
             )
         if usage.estimated:
             total = f"{usage.context_tokens:,}"

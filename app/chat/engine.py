@@ -133,6 +133,8 @@ class ContextUsage:
     # document_tokens, `passage_tokens` is the most those passages can take (they are not looked up here).
     searched: tuple[str, ...] = ()
     passage_tokens: int = 0
+    # The collections the chat answers from: searched at Send too, their passages within passage_tokens.
+    collections: tuple[str, ...] = ()
     # A server's model: counted with app.documents.chunking.estimate_tokens (its tokenizer is not here);
     # `context_source` says where its context length comes from. None for a local model.
     context_source: ContextSource | None = None
@@ -572,6 +574,7 @@ class ChatEngine:
                 document_tokens=document_tokens,
                 searched=context.searched_attachments if context else (),
                 passage_tokens=context.unsearched_tokens if context else 0,
+                collections=documents.collections,
             )
 
     def _path_for_draft(self, conversation: Conversation | None, replacing: int | None) -> list[Message]:
@@ -614,6 +617,7 @@ class ChatEngine:
             document_tokens=used - _estimate(plain),
             searched=prepared.context.searched_attachments if prepared is not None else (),
             passage_tokens=unsearched,
+            collections=documents.collections,
             context_source=context.source,
         )
 

@@ -377,6 +377,18 @@ def test_a_chat_answers_from_a_chosen_collection_and_lists_its_sources(
     assert [chip.label.text() for chip in picker.chips] == ["Collection: handbook"]
 
     window.composer.setPlainText("Where is the spare key to the lamp room?")
+    # The meter counts what the collection's passages may take before Send.
+    meter = window.contextMeter
+    qtbot.waitUntil(
+        lambda: meter.usage is not None and meter.usage.collections == ("handbook",), timeout=60_000
+    )
+    usage = meter.usage
+    assert usage is not None and usage.document_tokens > 0 and usage.passage_tokens > 0
+    assert (
+        meter.documents.text()
+        == f"Documents: up to {usage.document_tokens:,} tokens · passages from handbook"
+    )
+    assert "searched when you send: handbook." in meter.documents.toolTip()
     click(window.sendButton)
     qtbot.waitUntil(lambda: window.stopButton.isEnabled(), timeout=5000)
     qtbot.waitUntil(
