@@ -30,6 +30,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from app.documents.collections import CollectionStore, CollectionSummary
 from app.documents.library import DocumentLibrary, IndexProgress, RefreshReport
+from app.documents.watch import CollectionWatcher
 from app.qt.background import Background, describe
 
 
@@ -92,6 +93,7 @@ class DocumentsService(QObject):
         self._listings: set[tuple[str, bool]] = set()
         self._closing = False
         self._owner = threading.get_ident()
+        self._watcher: CollectionWatcher | None = None
         self._stepped.connect(self._on_step)
         # From any thread (a folder watcher's): the request is handled on ours.
         self._refreshAsked.connect(self.refresh_in_background)
@@ -154,7 +156,23 @@ class DocumentsService(QObject):
 
     def _listed(self, summaries: Sequence[CollectionSummary]) -> None:
         self._summaries = tuple(summaries)
+        if self._watcher is not None:
+            # Every change to collections or their paths is listed again after it: the watcher follows.
+            self._watcher.sync()
         self.collectionsChanged.emit(self._summaries)
+
+    def watch(self, ignore: Sequence[Path] = ()) -> None:
+        """Index what changed while the app was closed, then keep watching the collections' files and
+        folders, so that what changes on disk is indexed again without being asked (app.documents.watch).
+        `ignore`: folders whose changes never count (Hearth's own home)."""
+        self._watcher = CollectionWatcher(self.store, self.refresh_in_background, ignore=ignore)
+        self._watcher.start()
+        self._control.call(self.store.list, self._caught_up, self._fail, operation="listing collections")
+
+    def _caught_up(self, summaries: Sequence[CollectionSummary]) -> None:
+        self._listed(summaries)
+        for summary in summaries:
+            self.refresh_in_background(summary.name)
 
     def _fail(self, error: Exception) -> None:
         self.failed.emit(describe(error))
@@ -299,6 +317,8 @@ class DocumentsService(QObject):
     def shutdown(self) -> None:
         """Blocking: the pass running stops at its next file or batch; changes asked for still land."""
         self._closing = True
+        if self._watcher is not None:
+            self._watcher.stop()
         self._waiting.clear()
         self.cancel()
         self._indexing.shutdown()

@@ -82,6 +82,9 @@ class AppServices:
                 lambda: save_settings(paths.settings_path, settings), operation="saving the settings"
             )
         )
+        documents_service = DocumentsService(documents)
+        if core.damaged is None:
+            documents_service.watch(ignore=[paths.home])
         return cls(
             paths=paths,
             store=core.store,
@@ -98,7 +101,7 @@ class AppServices:
             local_server=local_server,
             documents=documents,
             documents_worker=Background("documents"),
-            documents_service=DocumentsService(documents),
+            documents_service=documents_service,
         )
 
     @property

@@ -202,7 +202,7 @@ def test_cancel_stops_indexing_midway_and_refresh_finishes_it(
 
 
 @pytest.mark.model
-def test_a_changed_file_shows_as_changed_then_indexed_after_refresh(
+def test_a_file_changed_on_disk_is_indexed_again_without_asking_and_refresh_still_works(
     qtbot: QtBot,
     gui: GuiSessions,
     home: HearthPaths,
@@ -220,25 +220,53 @@ def test_a_changed_file_shows_as_changed_then_indexed_after_refresh(
     click(panel.addFolderButton)
     passes.wait(qtbot, 1)
     qtbot.waitUntil(lambda: _column(panel) == ["Failed", "Indexed", "Indexed", "Indexed"])
-    window.open_documents().reject()
 
-    lamp = folder / "lamp.md"
-    lamp.write_text(
+    # The folder is watched while the app runs: an edit is indexed again by itself.
+    (folder / "lamp.md").write_text(
         "# The lamp\n\nThe spare key now hangs on the hook by the door.\n\n## Oil\n\nFill it at dusk.\n",
         encoding="utf-8",
     )
-    panel = _open_panel(window)
-    # Opened again, the panel looks at the disk.
-    qtbot.waitUntil(lambda: _statuses(panel).get("lamp.md", ("",))[0] == "Changed")
-    assert _statuses(panel)["leave.docx"][0] == "Indexed"
-    assert len(passes.reports) == 1
-
-    click(panel.refreshButton)
     report = passes.wait(qtbot, 2)
     assert report.indexed == 1 and report.unchanged == 3
     qtbot.waitUntil(lambda: _column(panel) == ["Failed", "Indexed", "Indexed", "Indexed"])
     hits = session.services.documents.search_collection("handbook", "where does the spare key hang")
     assert "hook by the door" in hits[0].text
+
+    click(panel.refreshButton)
+    report = passes.wait(qtbot, 3)
+    assert report.indexed == 0 and report.unchanged == 4
+
+
+@pytest.mark.model
+def test_what_changed_while_the_app_was_closed_is_indexed_when_it_opens(
+    qtbot: QtBot,
+    gui: GuiSessions,
+    home: HearthPaths,
+    embedding_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    folder = handbook(tmp_path / "handbook")
+    first = gui.open(home, preload_model=False)
+    passes = Passes(first, monkeypatch)
+    panel = _open_panel(first.window)
+    _new_collection(qtbot, first, panel, "handbook")
+    first.answers.folder = folder
+    click(panel.addFolderButton)
+    passes.wait(qtbot, 1)
+    first.close()
+
+    (folder / "tides.md").write_text("# Tides\n\nHigh water at the harbour is at noon.\n", encoding="utf-8")
+    second = gui.open(home, preload_model=False)
+    store = second.services.documents.collections
+
+    def tides_indexed() -> bool:
+        return {Path(f.path).name: f.status for f in store.files("handbook")}.get("tides.md") == "indexed"
+
+    # Nobody asks: the pass runs as the window opens.
+    qtbot.waitUntil(tides_indexed, timeout=INDEX_TIMEOUT_MS)
+    hits = second.services.documents.search_collection("handbook", "when is high water")
+    assert "noon" in hits[0].text
 
 
 @pytest.mark.model
