@@ -211,6 +211,22 @@
         <source>Restore</source>
         <translation>恢复</translation>
     </message>
+    <message numerus="yes">
+        <source>%n attached file(s) were in neither the backup nor the file store: their messages show them as no longer stored.</source>
+        <translation>
+            <numerusform>有 %n 个附件既不在备份中，也不在文件存储中：相应的消息会显示它们已不再保存。</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>database only</source>
+        <translation>仅数据库</translation>
+    </message>
+    <message numerus="yes">
+        <source>%n attached file(s)</source>
+        <translation>
+            <numerusform>%n 个附件</numerusform>
+        </translation>
+    </message>
 </context>
 <context>
     <name>ChatSettings</name>
@@ -252,6 +268,51 @@
     </message>
 </context>
 <context>
+    <name>CollectionChip</name>
+    <message>
+        <source>Collection: {name}</source>
+        <translation>文档集合：{name}</translation>
+    </message>
+    <message>
+        <source>Stop answering from this collection in this chat</source>
+        <translation>在此对话中不再根据此文档集合回答</translation>
+    </message>
+</context>
+<context>
+    <name>CollectionPicker</name>
+    <message>
+        <source>Collections</source>
+        <translation>文档集合</translation>
+    </message>
+    <message>
+        <source>Choose the document collections this chat answers from</source>
+        <translation>选择此对话用来回答问题的文档集合</translation>
+    </message>
+    <message>
+        <source>No collections yet</source>
+        <translation>还没有文档集合</translation>
+    </message>
+    <message>
+        <source>Manage collections…</source>
+        <translation>管理文档集合…</translation>
+    </message>
+</context>
+<context>
+    <name>ContextDialog</name>
+    <message>
+        <source>Context of {server}</source>
+        <translation>{server} 的上下文</translation>
+    </message>
+    <message>
+        <source>Save</source>
+        <translation>保存</translation>
+    </message>
+    <message>
+        <source>Tokens of prompt and reply together for the models of {server} (blank: automatic):</source>
+        <translation>{server} 的模型可容纳的提示与回复词元总数（留空：自动）：</translation>
+    </message>
+</context>
+<context>
     <name>ContextMeter</name>
     <message>
         <source>When full: refuse to send</source>
@@ -270,8 +331,16 @@
         <translation>上下文：尚未计算</translation>
     </message>
     <message>
+        <source>≈ {used} / {total} tokens (estimate)</source>
+        <translation>≈ {used} / {total} 个词元（估算）</translation>
+    </message>
+    <message>
         <source>{used} / {total} tokens</source>
         <translation>{used} / {total} 个词元</translation>
+    </message>
+    <message>
+        <source>Probably too long for the server&apos;s context: it may refuse it</source>
+        <translation>可能超出服务器的上下文：服务器可能会拒绝</translation>
     </message>
     <message>
         <source>Too long for the context window: Hearth will refuse to send</source>
@@ -282,6 +351,254 @@
         <translation>
             <numerusform>将省略最早的 %n 条消息</numerusform>
         </translation>
+    </message>
+    <message numerus="yes">
+        <source>Documents: up to {tokens} tokens · %n file(s) searched, not sent whole</source>
+        <translation>
+            <numerusform>文档：最多 {tokens} 个词元 · %n 个文件将被检索，不整篇发送</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>Documents: up to {tokens} tokens · passages from {names}</source>
+        <translation>文档：最多 {tokens} 个词元 · 段落来自 {names}</translation>
+    </message>
+    <message>
+        <source>Documents: {tokens} tokens</source>
+        <translation>文档：{tokens} 个词元</translation>
+    </message>
+    <message>
+        <source>Documents take {tokens} of these tokens.</source>
+        <translation>其中文档占 {tokens} 个词元。</translation>
+    </message>
+    <message>
+        <source>Too long to send whole, so searched when you send: {names}. Only the passages most relevant to your message go in, up to {tokens} tokens.</source>
+        <translation>太长，无法整篇发送，发送时将检索：{names}。只放入与你的消息最相关的段落，最多 {tokens} 个词元。</translation>
+    </message>
+    <message>
+        <source>The collections this chat answers from are searched when you send: {names}. The passages most relevant to your message go in, up to {tokens} tokens.</source>
+        <translation>发送时会检索此对话所用的文档集：{names}。只放入与你的消息最相关的段落，最多 {tokens} 个词元。</translation>
+    </message>
+    <message>
+        <source>Estimated at about four characters a token: the server&apos;s own tokenizer is not here.</source>
+        <translation>按约每四个字符一个词元估算：这里没有服务器自己的分词器。</translation>
+    </message>
+    <message>
+        <source>The {total}-token context is this server&apos;s setting.</source>
+        <translation>{total} 个词元的上下文是为此服务器设置的。</translation>
+    </message>
+    <message>
+        <source>The {total}-token context is what the server reports for this model.</source>
+        <translation>{total} 个词元的上下文是服务器为此模型报告的。</translation>
+    </message>
+    <message>
+        <source>The server does not report its context length, so {total} tokens is assumed: set the real one in Manage servers.</source>
+        <translation>服务器未报告其上下文长度，因此假定为 {total} 个词元：请在“管理服务器”中设置实际值。</translation>
+    </message>
+</context>
+<context>
+    <name>DocumentsDialog</name>
+    <message>
+        <source>Documents</source>
+        <translation>文档</translation>
+    </message>
+</context>
+<context>
+    <name>DocumentsPanel</name>
+    <message>
+        <source>Indexed</source>
+        <translation>已索引</translation>
+    </message>
+    <message>
+        <source>Changed</source>
+        <translation>已更改</translation>
+    </message>
+    <message>
+        <source>Waiting</source>
+        <translation>等待中</translation>
+    </message>
+    <message>
+        <source>Failed</source>
+        <translation>失败</translation>
+    </message>
+    <message>
+        <source>Missing</source>
+        <translation>缺失</translation>
+    </message>
+    <message>
+        <source>A collection is a set of files and folders that chats can answer from. Hearth reads them where they are (nothing is copied) and keeps a searchable index of their text.</source>
+        <translation>文档集合是一组文件和文件夹，对话可以根据它们回答问题。Hearth 在原位置读取它们（不复制任何文件），并为其文本保留一个可搜索的索引。</translation>
+    </message>
+    <message>
+        <source>Collection</source>
+        <translation>文档集合</translation>
+    </message>
+    <message>
+        <source>Files</source>
+        <translation>文件</translation>
+    </message>
+    <message>
+        <source>Passages</source>
+        <translation>段落</translation>
+    </message>
+    <message>
+        <source>No collections yet.</source>
+        <translation>还没有文档集合。</translation>
+    </message>
+    <message>
+        <source>&amp;New collection…</source>
+        <translation>新建文档集合(&amp;N)…</translation>
+    </message>
+    <message>
+        <source>&amp;Delete collection…</source>
+        <translation>删除文档集合(&amp;D)…</translation>
+    </message>
+    <message>
+        <source>Files and folders</source>
+        <translation>文件和文件夹</translation>
+    </message>
+    <message>
+        <source>Add &amp;files…</source>
+        <translation>添加文件(&amp;F)…</translation>
+    </message>
+    <message>
+        <source>Add f&amp;older…</source>
+        <translation>添加文件夹(&amp;O)…</translation>
+    </message>
+    <message>
+        <source>&amp;Remove selected path</source>
+        <translation>移除所选路径(&amp;R)</translation>
+    </message>
+    <message>
+        <source>Take it out of the collection; the files themselves are not touched</source>
+        <translation>将其移出文档集合；文件本身不受影响</translation>
+    </message>
+    <message>
+        <source>Refres&amp;h</source>
+        <translation>刷新(&amp;H)</translation>
+    </message>
+    <message>
+        <source>Index the files that are new or changed since the last time</source>
+        <translation>为上次以来新增或更改的文件建立索引</translation>
+    </message>
+    <message>
+        <source>&amp;Cancel</source>
+        <translation>取消(&amp;C)</translation>
+    </message>
+    <message>
+        <source>Stop indexing; what is indexed stays indexed</source>
+        <translation>停止索引；已索引的内容会保留</translation>
+    </message>
+    <message>
+        <source>File</source>
+        <translation>文件</translation>
+    </message>
+    <message>
+        <source>Status</source>
+        <translation>状态</translation>
+    </message>
+    <message>
+        <source>Reason</source>
+        <translation>原因</translation>
+    </message>
+    <message>
+        <source>{indexed} of {total}</source>
+        <translation>{indexed} / {total}</translation>
+    </message>
+    <message numerus="yes">
+        <source>%n file(s)</source>
+        <translation>
+            <numerusform>%n 个文件</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>{count} indexed</source>
+        <translation>{count} 个已索引</translation>
+    </message>
+    <message>
+        <source>{count} to index</source>
+        <translation>{count} 个待索引</translation>
+    </message>
+    <message>
+        <source>{count} failed</source>
+        <translation>{count} 个失败</translation>
+    </message>
+    <message>
+        <source>{count} missing</source>
+        <translation>{count} 个缺失</translation>
+    </message>
+    <message numerus="yes">
+        <source>%n passage(s)</source>
+        <translation>
+            <numerusform>%n 个段落</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>Indexing…</source>
+        <translation>正在索引…</translation>
+    </message>
+    <message>
+        <source>Looking for changes in {collection}…</source>
+        <translation>正在检查 {collection} 的更改…</translation>
+    </message>
+    <message>
+        <source>Indexing {collection}: {done} of {total} files, {passages} passages</source>
+        <translation>正在索引 {collection}：第 {done} / {total} 个文件，{passages} 个段落</translation>
+    </message>
+    <message>
+        <source>(then: {names})</source>
+        <translation>（之后：{names}）</translation>
+    </message>
+    <message>
+        <source>{count} unchanged</source>
+        <translation>{count} 个未更改</translation>
+    </message>
+    <message>
+        <source>{collection}: cancelled; {counts}</source>
+        <translation>{collection}：已取消；{counts}</translation>
+    </message>
+    <message>
+        <source>{collection}: {counts}</source>
+        <translation>{collection}：{counts}</translation>
+    </message>
+    <message>
+        <source>New collection</source>
+        <translation>新建文档集合</translation>
+    </message>
+    <message>
+        <source>Name of the collection:</source>
+        <translation>文档集合名称：</translation>
+    </message>
+    <message>
+        <source>Delete the collection “{name}” and its index? Your files stay where they are; chats stop answering from it.</source>
+        <translation>删除文档集合“{name}”及其索引吗？您的文件保留在原处；对话将不再根据它回答。</translation>
+    </message>
+    <message>
+        <source>Delete collection</source>
+        <translation>删除文档集合</translation>
+    </message>
+    <message>
+        <source>Delete</source>
+        <translation>删除</translation>
+    </message>
+    <message>
+        <source>Add files to {name}</source>
+        <translation>向 {name} 添加文件</translation>
+    </message>
+    <message>
+        <source>Add a folder to {name}</source>
+        <translation>向 {name} 添加文件夹</translation>
+    </message>
+    <message>
+        <source>Stopping…</source>
+        <translation>正在停止…</translation>
+    </message>
+    <message>
+        <source>Created {name}: add files or folders to it.</source>
+        <translation>已创建 {name}：请向其中添加文件或文件夹。</translation>
+    </message>
+    <message>
+        <source>Deleted {name}.</source>
+        <translation>已删除 {name}。</translation>
     </message>
 </context>
 <context>
@@ -874,6 +1191,10 @@
         <translation>模型(&amp;M)…</translation>
     </message>
     <message>
+        <source>&amp;Documents…</source>
+        <translation>文档(&amp;D)…</translation>
+    </message>
+    <message>
         <source>Local API &amp;server…</source>
         <translation>本地 API 服务器(&amp;S)…</translation>
     </message>
@@ -1101,6 +1422,10 @@
         <translation>CA 证书包</translation>
     </message>
     <message>
+        <source>Context</source>
+        <translation>上下文</translation>
+    </message>
+    <message>
         <source>Connect and save</source>
         <translation>连接并保存</translation>
     </message>
@@ -1111,6 +1436,14 @@
     <message>
         <source>Connecting to {url}…</source>
         <translation>正在连接 {url}…</translation>
+    </message>
+    <message>
+        <source>automatic: what the server reports, else {tokens}</source>
+        <translation>自动：使用服务器报告的值，否则为 {tokens}</translation>
+    </message>
+    <message>
+        <source>The tokens of prompt and reply together that the server&apos;s models take. Attached documents are planned to fit in it: whole when they fit, searched passages when not.</source>
+        <translation>服务器的模型可容纳的提示与回复词元总数。附加的文档按此规划：放得下时整篇放入，否则放入检索到的段落。</translation>
     </message>
 </context>
 <context>
@@ -1138,6 +1471,10 @@
     <message>
         <source>CA bundle</source>
         <translation>CA 证书包</translation>
+    </message>
+    <message>
+        <source>Context</source>
+        <translation>上下文</translation>
     </message>
     <message>
         <source>No servers yet: add one that speaks the OpenAI API.</source>
@@ -1168,6 +1505,14 @@
         <translation>使用系统的 CA(&amp;S)</translation>
     </message>
     <message>
+        <source>Change con&amp;text…</source>
+        <translation>更改上下文(&amp;T)…</translation>
+    </message>
+    <message>
+        <source>The context length its models are planned for, when the server does not say or says wrong</source>
+        <translation>为其模型规划的上下文长度，用于服务器未报告或报告有误时</translation>
+    </message>
+    <message>
         <source>Re&amp;move…</source>
         <translation>移除(&amp;M)…</translation>
     </message>
@@ -1186,6 +1531,26 @@
     <message>
         <source>Checking…</source>
         <translation>正在检查…</translation>
+    </message>
+    <message>
+        <source>Set for this server</source>
+        <translation>为此服务器设置</translation>
+    </message>
+    <message>
+        <source>What the server reports</source>
+        <translation>服务器报告的值</translation>
+    </message>
+    <message>
+        <source>Per model</source>
+        <translation>按模型</translation>
+    </message>
+    <message>
+        <source>What the server reports for each model</source>
+        <translation>服务器为每个模型报告的值</translation>
+    </message>
+    <message>
+        <source>The server does not report its context length: {tokens} is assumed</source>
+        <translation>服务器未报告其上下文长度：假定为 {tokens}</translation>
     </message>
     <message>
         <source>…</source>
@@ -1274,6 +1639,14 @@
     <message>
         <source>{server} is checked against the CAs in {path}.</source>
         <translation>{server} 使用 {path} 中的 CA 进行校验。</translation>
+    </message>
+    <message>
+        <source>{server}&apos;s models are planned for the context it reports, else {tokens} tokens.</source>
+        <translation>{server} 的模型按其报告的上下文规划，否则为 {tokens} 个词元。</translation>
+    </message>
+    <message>
+        <source>{server}&apos;s models are planned for {tokens} tokens.</source>
+        <translation>{server} 的模型按 {tokens} 个词元规划。</translation>
     </message>
 </context>
 <context>
