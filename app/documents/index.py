@@ -298,7 +298,7 @@ class ChunkIndex:
         self._counted_at: object = None
         # Large collections' graphs (app.documents.ann) by (model, collection id), kept while in use, and the
         # stamp at which a collection was last found small enough to search exactly.
-        self._files = GraphFiles(db.path.parent / "vector-index")
+        self._files = GraphFiles(db.path)
         self._graphs: dict[tuple[str, int], Graph] = {}
         self._exact_at: dict[tuple[str, int], Stamp] = {}
         self._builders: dict[tuple[str, int], threading.Thread] = {}
@@ -670,8 +670,11 @@ class ChunkIndex:
                 return graph
             if self._exact_at.get(key) == stamp or key in self._builders:
                 return None
-        graph = self._saved_or(graph, key, stamp)
-        if graph is not None and graph.stamp == stamp:
+        identity = _identity(session, collection_id)
+        graph = self._saved_or(graph, key, stamp, identity)
+        # A saved graph as current as the database is trusted as it is (when the collection is still
+        # large: this index may draw the line elsewhere than the one that saved it).
+        if graph is not None and graph.stamp == stamp and len(graph) >= self._approximate_from:
             self._install(key, graph)
             return graph
         members = _members(session, collection_id, model)
@@ -681,7 +684,7 @@ class ChunkIndex:
                 self._graphs.pop(key, None)
             self._files.remove(model, collection_id)
             return None
-        graph = self._of_size(session, graph, key, members)
+        graph = self._of_size(session, graph, key, members, identity)
         with graph.lock:
             gone, new = difference(graph.keys(), members)
             if len(new) > INLINE_ADDS:
@@ -693,17 +696,23 @@ class ChunkIndex:
             self._save_soon(graph)
         return graph
 
-    def _saved_or(self, graph: Graph | None, key: tuple[str, int], stamp: Stamp) -> Graph | None:
+    def _saved_or(
+        self, graph: Graph | None, key: tuple[str, int], stamp: Stamp, identity: str
+    ) -> Graph | None:
         """The saved graph when there is none in memory or another process saved a newer one."""
         if graph is None or self._files.saved_stamp(*key) == stamp:
-            return Graph.load(self._files, *key) or graph
+            return Graph.load(self._files, *key, identity) or graph
         return graph
 
     @staticmethod
-    def _of_size(session: Session, graph: Graph | None, key: tuple[str, int], members: IdArray) -> Graph:
-        """`graph`, or a new one when there is none for vectors of the stored size."""
+    def _of_size(
+        session: Session, graph: Graph | None, key: tuple[str, int], members: IdArray, identity: str
+    ) -> Graph:
+        """`graph`, or a new one when there is none for vectors of the stored size and this collection."""
         dims = _dims(session, int(members[0]))
-        return graph if graph is not None and graph.dims == dims else Graph(*key, dims)
+        if graph is not None and graph.dims == dims and graph.identity == identity:
+            return graph
+        return Graph(*key, dims, identity)
 
     def _apply(self, graph: Graph, gone: IdArray, new: IdArray, stamp: Stamp, *, threads: int) -> Sync:
         """Remove `gone` from the graph and add `new` from SQLite (with the graph's lock held)."""
@@ -768,7 +777,10 @@ class ChunkIndex:
                 return None
             with self._lock:
                 graph = self._graphs.get(key)
-            graph = self._of_size(session, self._saved_or(graph, key, stamp), key, members)
+            identity = _identity(session, collection_id)
+            graph = self._of_size(
+                session, self._saved_or(graph, key, stamp, identity), key, members, identity
+            )
         with graph.lock:
             gone, new = difference(graph.keys(), members)
             done = self._apply(graph, gone, new, stamp, threads=threads)
@@ -845,6 +857,13 @@ def _check_dims(query: FloatArray, dims: int, embedding_model: str) -> None:
             f"the query vector has {query.shape[0]} dimensions; the passages embedded by "
             f"{embedding_model} have {dims}"
         )
+
+
+def _identity(session: Session, collection_id: int) -> str:
+    created = session.execute(
+        text("SELECT created_at FROM collections WHERE id = :id"), {"id": collection_id}
+    ).scalar()
+    return str(created)
 
 
 def _dims(session: Session, chunk_id: int) -> int:
