@@ -303,6 +303,8 @@ class ChunkIndex:
         self._exact_at: dict[tuple[str, int], Stamp] = {}
         self._builders: dict[tuple[str, int], threading.Thread] = {}
         self._savers: list[threading.Thread] = []
+        # Set by close(): a graph being built stops between batches, unsaved (the next start resumes).
+        self._closing = threading.Event()
 
     # Writing ---------------------------------------------------------------------------------------------
 
@@ -714,7 +716,16 @@ class ChunkIndex:
             return graph
         return Graph(*key, dims, identity)
 
-    def _apply(self, graph: Graph, gone: IdArray, new: IdArray, stamp: Stamp, *, threads: int) -> Sync:
+    def _apply(
+        self,
+        graph: Graph,
+        gone: IdArray,
+        new: IdArray,
+        stamp: Stamp,
+        *,
+        threads: int,
+        cancel: threading.Event | None = None,
+    ) -> Sync:
         """Remove `gone` from the graph and add `new` from SQLite (with the graph's lock held)."""
         none = np.zeros((0, graph.dims), dtype=EMBEDDING_DTYPE)
         if len(gone):
@@ -723,6 +734,8 @@ class ChunkIndex:
             graph.update(gone, new[:0], none, threads=threads)
         added = 0
         for start in range(0, len(new), _READ_BATCH):
+            if cancel is not None and cancel.is_set():
+                raise _Closed
             with self._db.read_session() as session:
                 ids, vectors = _read_vectors(session, new[start : start + _READ_BATCH], graph.model)
             if len(ids) and vectors.shape[1] != graph.dims:
@@ -762,6 +775,11 @@ class ChunkIndex:
     def prepare(self, collection_id: int, embedding_model: str, *, threads: int = 0) -> Sync | None:
         """Bring the collection's graph up to date now and save it, so that questions do not have to (after
         indexing). None when the collection is small enough to be searched exactly."""
+        return self._prepare(collection_id, embedding_model, threads=threads)
+
+    def _prepare(
+        self, collection_id: int, embedding_model: str, *, threads: int, cancel: threading.Event | None = None
+    ) -> Sync | None:
         key = (embedding_model, collection_id)
         with self._lock:
             running = self._builders.get(key)
@@ -783,7 +801,7 @@ class ChunkIndex:
             )
         with graph.lock:
             gone, new = difference(graph.keys(), members)
-            done = self._apply(graph, gone, new, stamp, threads=threads)
+            done = self._apply(graph, gone, new, stamp, threads=threads, cancel=cancel)
             self._save(graph)
         self._install(key, graph)
         return done
@@ -799,7 +817,9 @@ class ChunkIndex:
         def build() -> None:
             try:
                 # One thread: the model answering the user needs the other cores.
-                self.prepare(collection_id, model, threads=1)
+                self._prepare(collection_id, model, threads=1, cancel=self._closing)
+            except _Closed:
+                pass
             except Exception:
                 log.exception("building the vector index of collection %d failed", collection_id)
             finally:
@@ -842,6 +862,11 @@ class ChunkIndex:
             for thread in pending:
                 thread.join()
 
+    def close(self) -> None:
+        """Stop building graphs and let those being saved finish (the process is about to end)."""
+        self._closing.set()
+        self.wait()
+
     def forget_collection(self, collection_id: int) -> None:
         """Drop a deleted collection's graphs, in memory and on disk."""
         self.wait()
@@ -849,6 +874,10 @@ class ChunkIndex:
             for key in [k for k in self._graphs if k[1] == collection_id]:
                 del self._graphs[key]
         self._files.remove_collection(collection_id)
+
+
+class _Closed(Exception):
+    """The index was closed while a graph was being filled."""
 
 
 def _check_dims(query: FloatArray, dims: int, embedding_model: str) -> None:

@@ -276,7 +276,7 @@ class DocumentLibrary:
             return self._embedder
 
     def close(self) -> None:
-        self.index.wait()
+        self.index.close()
         with self._embedder_lock:
             closer = getattr(self._embedder, "close", None)
             if closer is not None:

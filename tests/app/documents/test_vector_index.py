@@ -17,6 +17,7 @@ import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -432,6 +433,39 @@ def test_a_query_of_another_size_is_refused_through_the_graph_too(db: Database) 
 # Building ----------------------------------------------------------------------------------------------
 
 
+def delay_builds(index: ChunkIndex, release: threading.Event, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Graphs built on their thread start when `release` is set (so that a test sees them not ready)."""
+    original = index._prepare
+
+    def delayed(*args: Any, **kwargs: Any) -> Any:
+        release.wait(timeout=60)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(index, "_prepare", delayed)
+
+
+def test_closing_stops_a_graph_being_built_and_leaves_no_file(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(index_module, "INLINE_ADDS", 50)
+    monkeypatch.setattr(index_module, "_READ_BATCH", 10)
+    index = index_of(db)
+    collection_id, _ = collection(db, index, "large", 20, seed=14)
+    building = threading.Event()
+    delay_builds(index, building, monkeypatch)
+    assert nearest(index, collection_id, queries(1)[0]) == exact_top(db, collection_id, queries(1)[0])
+    waiting = index.wait
+
+    def release_then_wait() -> None:  # close() asks the build to stop, then waits for it: release it then
+        building.set()
+        waiting()
+
+    monkeypatch.setattr(index, "wait", release_then_wait)
+    index.close()
+    assert not any(path.exists() for path in files(db, collection_id))
+    assert not list(files(db, collection_id)[0].parent.glob("*.tmp"))
+
+
 def test_a_graph_too_large_to_build_during_a_question_is_built_on_a_thread_meanwhile_exactly(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -439,13 +473,7 @@ def test_a_graph_too_large_to_build_during_a_question_is_built_on_a_thread_meanw
     index = index_of(db)
     collection_id, _ = collection(db, index, "large", 20, seed=13)
     building = threading.Event()
-    original = index.prepare
-
-    def slow_prepare(*args: object, **kwargs: object) -> object:
-        building.wait(timeout=60)
-        return original(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(index, "prepare", slow_prepare)
+    delay_builds(index, building, monkeypatch)
     # The graph cannot be ready yet: these are answered exactly.
     for query in queries():
         assert nearest(index, collection_id, query) == exact_top(db, collection_id, query)
