@@ -76,6 +76,10 @@ FTS_WEIGHT = 0.5
 # the vectors (the idea of Lucene's CommonTermsQuery cut-off). A fixed number keeps the cost flat as a
 # collection grows.
 FTS_BUDGET = 3000
+# Without vectors (no embedding model), a question made only of such common words still gets a full-text
+# answer: bm25 over the most recent of its rarest word's passages, this many at most, so that its cost stays
+# flat too (ranking every match took 0.7 s at a million passages).
+FALLBACK_SAMPLE = 5000
 # Matrices kept per (model, scope): a few collections and the attachments of the chats in use.
 CACHE_ENTRIES = 8
 # Collection files whose passages are searched: a changed file keeps its last indexed passages until it
@@ -575,9 +579,22 @@ class ChunkIndex:
         fallback: bool,
     ) -> list[int]:
         """The ids of the best `n` passages of the scope by bm25, best first."""
-        chosen = self._selective(session, sequence, terms, fallback=fallback)
+        chosen, over_budget = self._selective(session, sequence, terms, fallback=fallback)
         if not chosen:
             return []
+        if over_budget:
+            return list(
+                session.execute(
+                    text(
+                        "SELECT s.id FROM (SELECT f.rowid AS id, f.rank AS score "
+                        "FROM document_chunks_fts AS f WHERE document_chunks_fts MATCH :match "
+                        "ORDER BY f.rowid DESC LIMIT :sample) AS s "
+                        f"CROSS JOIN document_chunks AS c ON c.id = s.id WHERE {condition} "
+                        "ORDER BY s.score LIMIT :n"
+                    ),
+                    {**params, "match": match_any(chosen), "n": n, "sample": FALLBACK_SAMPLE},
+                ).scalars()
+            )
         return list(
             session.execute(
                 text(
@@ -592,11 +609,12 @@ class ChunkIndex:
 
     def _selective(
         self, session: Session, sequence: object, terms: list[str], *, fallback: bool
-    ) -> list[str]:
+    ) -> tuple[list[str], bool]:
         """The terms worth asking FTS5 for: rarest first, within FTS_BUDGET passages together. With
-        `fallback` (no vectors to lean on), the rarest term that matches anything when none fits."""
+        `fallback` (no vectors to lean on), the rarest term that matches anything when none fits; the flag
+        says that happened."""
         if not terms:
-            return []
+            return [], False
         with self._lock:
             if self._counted_at != sequence or len(self._term_counts) > 100_000:
                 self._term_counts.clear()
@@ -625,11 +643,11 @@ class ChunkIndex:
             matched = counts[term] or 0
             if total + matched > FTS_BUDGET:
                 if not chosen and fallback:
-                    chosen.append(term)
+                    return [term], True
                 break
             chosen.append(term)
             total += matched
-        return chosen
+        return chosen, False
 
     def _matrix(self, session: Session, scope: Scope, embedding_model: str, sequence: object) -> _Matrix:
         key = (embedding_model, _scope_key(scope))
