@@ -338,7 +338,8 @@ def render_table(data: Mapping[str, Any]) -> str:
             f"{data['usearch']}), smaller ones exactly. SQLite {data['sqlite']}, NumPy {data['numpy']}; "
             f"1-minute load average {data['load_average'][0]:.1f} at the start and "
             f"{data['load_average'][1]:.1f} at the end on {data['cores']} cores. The passage a question came "
-            f"from was among its 8 hits for {found} of the questions. "
+            f"from was among its 8 hits for {found} of the questions (random vectors have no neighbourhoods "
+            "for a graph to follow: its worst case; bench/recall.py measures quality with the real model). "
             f"Target p95 < {target:.0f} ms at the largest size: {verdict}.{growth}",
         ]
     )
