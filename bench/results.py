@@ -8,6 +8,8 @@ measured, never what it came to: the table and the sentences under it are all re
 
     .venv/bin/python -m bench.results            # regenerate every README block from docs/bench/*.json
     .venv/bin/python -m bench.results --check    # exit 1 if a block differs from what its JSON renders to
+
+A block whose benchmark has not published yet holds only `pending(name)`, which says so and how to run it.
 """
 
 from __future__ import annotations
@@ -130,6 +132,19 @@ def render(measured: Mapping[str, Any]) -> str:
     return f"{module.render_table(measured).strip()}\n\n{footer(measured)}\n"
 
 
+def pending(name: str) -> str:
+    """The body of a block whose benchmark has not been run for the README yet."""
+    return f"Not measured yet: `.venv/bin/python -m bench.{name}` measures it and writes this table.\n"
+
+
+def stale_blocks(text: str, results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The names of the blocks that are not what their JSON renders to, or the placeholder when there is none
+    (and of the results that have no block)."""
+    current = blocks(text)
+    stale = [name for name, data in results.items() if current.get(name) != render(data)]
+    return stale + [name for name, body in current.items() if name not in results and body != pending(name)]
+
+
 def blocks(text: str) -> dict[str, str]:
     """The README's generated blocks by name: their bodies as they stand."""
     found: dict[str, str] = {}
@@ -176,9 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
     args = parser.parse_args(argv)
     if args.check:
-        text = README.read_text(encoding="utf-8")
-        current = blocks(text)
-        stale = [name for name, data in load_results().items() if current.get(name) != render(data)]
+        stale = stale_blocks(README.read_text(encoding="utf-8"), load_results())
         print("\n".join(f"stale: {name}" for name in stale) or "every block matches its JSON")
         return 1 if stale else 0
     changed = regenerate()

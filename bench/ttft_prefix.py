@@ -30,6 +30,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QEventLoop, QTimer
 
+from app.chat.documents import TurnDocuments
 from app.chat.engine import ChatEngine, history_for_prompt
 from app.conversations.store import ConversationStore
 from app.core import Core
@@ -82,7 +83,12 @@ def seed_prefix(store: ConversationStore, engine: ChatEngine, topic: str, tokens
 
 
 def send_and_time(
-    app: QCoreApplication, service: ChatService, conversation_id: int, prompt: str, model: str
+    app: QCoreApplication,
+    service: ChatService,
+    conversation_id: int,
+    prompt: str,
+    model: str,
+    documents: TurnDocuments | None = None,
 ) -> Turn:
     loop = QEventLoop()
     first: list[float] = []
@@ -107,7 +113,7 @@ def send_and_time(
     service.replyFailed.connect(on_failed)
     QTimer.singleShot(REPLY_TIMEOUT_MS, loop.quit)
     started = time.perf_counter()
-    service.send(conversation_id, prompt, model, SAMPLING)
+    service.send(conversation_id, prompt, model, SAMPLING, documents=documents)
     loop.exec()
     service.replyDelta.disconnect(on_delta)
     service.replyFinished.disconnect(on_finished)

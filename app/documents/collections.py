@@ -372,10 +372,12 @@ class CollectionStore:
         their text on disk. The user's own files are not touched."""
         with self._db.session() as session:
             row = self._row(session, name)
+            collection_id = row.id
             held = self._contents(session, row.id)
             session.delete(row)
             session.flush()
             orphans = self._release(session, held)
+        self._index.forget_collection(collection_id)
         self._after_release(orphans)
 
     def remove_paths(self, name: str, paths: Sequence[PathLike]) -> Collection:

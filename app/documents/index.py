@@ -36,6 +36,7 @@ over a quarter of the bytes a float32 copy would take.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -48,8 +49,20 @@ import numpy.typing as npt
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from app.documents.ann import (
+    APPROXIMATE_FROM,
+    OVERSAMPLE,
+    Graph,
+    GraphFiles,
+    IdArray,
+    Stamp,
+    Sync,
+    difference,
+)
 from app.documents.segment import index_terms, match_any, question_terms
 from app.storage.db import Database
+
+log = logging.getLogger("hearth.documents")
 
 # How many passages each ranking contributes to the fusion.
 CANDIDATES = 50
@@ -63,16 +76,27 @@ FTS_WEIGHT = 0.5
 # the vectors (the idea of Lucene's CommonTermsQuery cut-off). A fixed number keeps the cost flat as a
 # collection grows.
 FTS_BUDGET = 3000
+# Without vectors (no embedding model), a question made only of such common words still gets a full-text
+# answer: bm25 over the most recent of its rarest word's passages, this many at most, so that its cost stays
+# flat too (ranking every match took 0.7 s at a million passages).
+FALLBACK_SAMPLE = 5000
 # Matrices kept per (model, scope): a few collections and the attachments of the chats in use.
 CACHE_ENTRIES = 8
 # Collection files whose passages are searched: a changed file keeps its last indexed passages until it
 # is indexed again; missing and failed files are left out.
 SEARCHABLE_STATUSES = ("indexed", "changed")
+_STATUSES = ", ".join(f"'{status}'" for status in SEARCHABLE_STATUSES)
 EMBEDDING_DTYPE = np.dtype("<f2")
 # From this many vectors on, they are ranked on a second thread while the full text is ranked.
 _BACKGROUND_ROWS = 20_000
 # Rows scored per step of the int8 pass: the float32 copy of a block stays in the CPU cache.
 _BLOCK_ROWS = 1024
+# A question brings a collection's graph up to date itself when this many vectors or fewer are missing from
+# it (about a second of insertions); more (a first build, a lost cache) are added on a thread of their own
+# while questions are answered exactly.
+INLINE_ADDS = 5_000
+# Vectors read from SQLite per statement when a graph is filled.
+_READ_BATCH = 10_000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 Scope: TypeAlias = int | Set[str]
@@ -257,16 +281,34 @@ class ChunkIndex:
     """Passages and their vectors in the app's database. Thread-safe; share one per Database, so that
     its writes invalidate its own caches at once."""
 
-    def __init__(self, db: Database, *, candidates: int = CANDIDATES, cache_entries: int = CACHE_ENTRIES):
+    def __init__(
+        self,
+        db: Database,
+        *,
+        candidates: int = CANDIDATES,
+        cache_entries: int = CACHE_ENTRIES,
+        approximate_from: int = APPROXIMATE_FROM,
+    ):
+        """`approximate_from`: collections with this many vectors or more are searched through a graph."""
         self._db = db
         self._candidates = candidates
         self._cache_entries = cache_entries
+        self._approximate_from = approximate_from
         self._lock = threading.Lock()
         self._generation = 0
         self._matrices: OrderedDict[tuple[str, object], _Matrix] = OrderedDict()
         # How many passages each term matches (up to FTS_BUDGET + 1), as of chunk id sequence `_counted_at`.
         self._term_counts: dict[str, int] = {}
         self._counted_at: object = None
+        # Large collections' graphs (app.documents.ann) by (model, collection id), kept while in use, and the
+        # stamp at which a collection was last found small enough to search exactly.
+        self._files = GraphFiles(db.path)
+        self._graphs: dict[tuple[str, int], Graph] = {}
+        self._exact_at: dict[tuple[str, int], Stamp] = {}
+        self._builders: dict[tuple[str, int], threading.Thread] = {}
+        self._savers: list[threading.Thread] = []
+        # Set by close(): a graph being built stops between batches, unsaved (the next start resumes).
+        self._closing = threading.Event()
 
     # Writing ---------------------------------------------------------------------------------------------
 
@@ -419,12 +461,12 @@ class ChunkIndex:
 
     def counts(self, scope: Scope | None = None) -> IndexCounts:
         """How many contents, passages and vectors are stored (in `scope`, if given)."""
-        condition, params = ("1", {}) if scope is None else _scope_condition(scope, "content_sha256")
+        condition, params = ("1", {}) if scope is None else _scope_condition(scope, "c.content_sha256")
         with self._db.read_session() as session:
             row = session.execute(
                 text(
-                    "SELECT count(DISTINCT content_sha256) AS contents, count(*) AS chunks, "
-                    f"count(embedding) AS embedded FROM document_chunks WHERE {condition}"
+                    "SELECT count(DISTINCT c.content_sha256) AS contents, count(*) AS chunks, "
+                    f"count(c.embedding) AS embedded FROM document_chunks AS c WHERE {condition}"
                 ),
                 params,
             ).one()
@@ -462,16 +504,20 @@ class ChunkIndex:
             if query_vector is not None:
                 assert embedding_model is not None
                 query = _unit_query(query_vector)
-                matrix = self._matrix(session, scope, embedding_model, sequence)
-                if len(matrix.ids) and matrix.dims != query.shape[0]:
-                    raise ValueError(
-                        f"the query vector has {query.shape[0]} dimensions; the passages embedded by "
-                        f"{embedding_model} have {matrix.dims}"
-                    )
-                if len(matrix.ids) >= _BACKGROUND_ROWS:
-                    background = _Background(matrix, query, n)
+                graph = None
+                if isinstance(scope, int) and not isinstance(scope, bool):
+                    graph = self._graph(session, scope, embedding_model, sequence)
+                if graph is not None:
+                    _check_dims(query, graph.dims, embedding_model)
+                    nearest = self._graph_nearest(session, graph, query, n, condition, params)
                 else:
-                    nearest = matrix.nearest(query, n)
+                    matrix = self._matrix(session, scope, embedding_model, sequence)
+                    if len(matrix.ids):
+                        _check_dims(query, matrix.dims, embedding_model)
+                    if len(matrix.ids) >= _BACKGROUND_ROWS:
+                        background = _Background(matrix, query, n)
+                    else:
+                        nearest = matrix.nearest(query, n)
             try:
                 fts = self._full_text(
                     session, sequence, terms, condition, params, n, fallback=query_vector is None
@@ -533,9 +579,22 @@ class ChunkIndex:
         fallback: bool,
     ) -> list[int]:
         """The ids of the best `n` passages of the scope by bm25, best first."""
-        chosen = self._selective(session, sequence, terms, fallback=fallback)
+        chosen, over_budget = self._selective(session, sequence, terms, fallback=fallback)
         if not chosen:
             return []
+        if over_budget:
+            return list(
+                session.execute(
+                    text(
+                        "SELECT s.id FROM (SELECT f.rowid AS id, f.rank AS score "
+                        "FROM document_chunks_fts AS f WHERE document_chunks_fts MATCH :match "
+                        "ORDER BY f.rowid DESC LIMIT :sample) AS s "
+                        f"CROSS JOIN document_chunks AS c ON c.id = s.id WHERE {condition} "
+                        "ORDER BY s.score LIMIT :n"
+                    ),
+                    {**params, "match": match_any(chosen), "n": n, "sample": FALLBACK_SAMPLE},
+                ).scalars()
+            )
         return list(
             session.execute(
                 text(
@@ -550,11 +609,12 @@ class ChunkIndex:
 
     def _selective(
         self, session: Session, sequence: object, terms: list[str], *, fallback: bool
-    ) -> list[str]:
+    ) -> tuple[list[str], bool]:
         """The terms worth asking FTS5 for: rarest first, within FTS_BUDGET passages together. With
-        `fallback` (no vectors to lean on), the rarest term that matches anything when none fits."""
+        `fallback` (no vectors to lean on), the rarest term that matches anything when none fits; the flag
+        says that happened."""
         if not terms:
-            return []
+            return [], False
         with self._lock:
             if self._counted_at != sequence or len(self._term_counts) > 100_000:
                 self._term_counts.clear()
@@ -583,11 +643,11 @@ class ChunkIndex:
             matched = counts[term] or 0
             if total + matched > FTS_BUDGET:
                 if not chosen and fallback:
-                    chosen.append(term)
+                    return [term], True
                 break
             chosen.append(term)
             total += matched
-        return chosen
+        return chosen, False
 
     def _matrix(self, session: Session, scope: Scope, embedding_model: str, sequence: object) -> _Matrix:
         key = (embedding_model, _scope_key(scope))
@@ -617,6 +677,283 @@ class ChunkIndex:
                     self._matrices.popitem(last=False)
         return matrix
 
+    # Large collections: approximate search (app.documents.ann) ------------------------------------------
+
+    def _graph(self, session: Session, collection_id: int, model: str, sequence: object) -> Graph | None:
+        """The collection's graph, brought up to date; None when the collection is searched exactly: it is
+        small, or its graph is being built on another thread."""
+        key = (model, collection_id)
+        stamp = _stamp(session, collection_id, sequence)
+        with self._lock:
+            graph = self._graphs.get(key)
+            if graph is not None and graph.stamp == stamp:
+                return graph
+            if self._exact_at.get(key) == stamp or key in self._builders:
+                return None
+        identity = _identity(session, collection_id)
+        graph = self._saved_or(graph, key, stamp, identity)
+        # A saved graph as current as the database is trusted as it is (when the collection is still
+        # large: this index may draw the line elsewhere than the one that saved it).
+        if graph is not None and graph.stamp == stamp and len(graph) >= self._approximate_from:
+            self._install(key, graph)
+            return graph
+        members = _members(session, collection_id, model)
+        if len(members) < self._approximate_from:
+            with self._lock:
+                self._exact_at[key] = stamp
+                self._graphs.pop(key, None)
+            self._files.remove(model, collection_id)
+            return None
+        graph = self._of_size(session, graph, key, members, identity)
+        with graph.lock:
+            gone, new = difference(graph.keys(), members)
+            if len(new) > INLINE_ADDS:
+                self._start_build(model, collection_id)
+                return None
+            self._apply(graph, gone, new, stamp, threads=0)
+        self._install(key, graph)
+        if not graph.saved:
+            self._save_soon(graph)
+        return graph
+
+    def _saved_or(
+        self, graph: Graph | None, key: tuple[str, int], stamp: Stamp, identity: str
+    ) -> Graph | None:
+        """The saved graph when there is none in memory or another process saved a newer one."""
+        if graph is None or self._files.saved_stamp(*key) == stamp:
+            return Graph.load(self._files, *key, identity) or graph
+        return graph
+
+    @staticmethod
+    def _of_size(
+        session: Session, graph: Graph | None, key: tuple[str, int], members: IdArray, identity: str
+    ) -> Graph:
+        """`graph`, or a new one when there is none for vectors of the stored size and this collection."""
+        dims = _dims(session, int(members[0]))
+        if graph is not None and graph.dims == dims and graph.identity == identity:
+            return graph
+        return Graph(*key, dims, identity)
+
+    def _apply(
+        self,
+        graph: Graph,
+        gone: IdArray,
+        new: IdArray,
+        stamp: Stamp,
+        *,
+        threads: int,
+        cancel: threading.Event | None = None,
+    ) -> Sync:
+        """Remove `gone` from the graph and add `new` from SQLite (with the graph's lock held)."""
+        none = np.zeros((0, graph.dims), dtype=EMBEDDING_DTYPE)
+        if len(gone):
+            # The saved file still holds the removed vectors: it goes now, the graph is saved again after.
+            self._files.remove(graph.model, graph.collection_id)
+            graph.update(gone, new[:0], none, threads=threads)
+        added = 0
+        for start in range(0, len(new), _READ_BATCH):
+            if cancel is not None and cancel.is_set():
+                raise _Closed
+            with self._db.read_session() as session:
+                ids, vectors = _read_vectors(session, new[start : start + _READ_BATCH], graph.model)
+            if len(ids) and vectors.shape[1] != graph.dims:
+                raise ValueError(
+                    f"vectors of one model must have one size; found {vectors.shape[1]} and {graph.dims}"
+                )
+            added += graph.update(gone[:0], ids, vectors, threads=threads).added
+        graph.stamp = stamp
+        return Sync(added, len(gone))
+
+    def _graph_nearest(
+        self,
+        session: Session,
+        graph: Graph,
+        query: FloatArray,
+        n: int,
+        condition: str,
+        params: dict[str, object],
+    ) -> list[int]:
+        """The graph's candidates scored again from their stored float16 vectors, in the scope as it is
+        now."""
+        with graph.lock:
+            found = graph.candidates(query, n * OVERSAMPLE)
+        rows = session.execute(
+            text(
+                "SELECT c.id, c.embedding FROM json_each(:ids) AS j CROSS JOIN document_chunks AS c "
+                f"ON c.id = j.value WHERE c.embedding_model = :model AND {condition}"
+            ),
+            {**params, "ids": json.dumps(found), "model": graph.model},
+        ).all()
+        if not rows:
+            return []
+        vectors = np.frombuffer(b"".join(row.embedding for row in rows), dtype=EMBEDDING_DTYPE)
+        exact = vectors.reshape(len(rows), -1).astype(np.float64) @ query.astype(np.float64)
+        return [int(rows[i].id) for i in np.argsort(-exact, kind="stable")[:n]]
+
+    def prepare(self, collection_id: int, embedding_model: str, *, threads: int = 0) -> Sync | None:
+        """Bring the collection's graph up to date now and save it, so that questions do not have to (after
+        indexing). None when the collection is small enough to be searched exactly."""
+        return self._prepare(collection_id, embedding_model, threads=threads)
+
+    def _prepare(
+        self, collection_id: int, embedding_model: str, *, threads: int, cancel: threading.Event | None = None
+    ) -> Sync | None:
+        key = (embedding_model, collection_id)
+        with self._lock:
+            running = self._builders.get(key)
+        if running is not None and running is not threading.current_thread():
+            running.join()
+        with self._db.read_session() as session:
+            sequence = session.execute(
+                text("SELECT seq FROM sqlite_sequence WHERE name = 'document_chunks'")
+            ).scalar()
+            stamp = _stamp(session, collection_id, sequence)
+            members = _members(session, collection_id, embedding_model)
+            if len(members) < self._approximate_from:
+                return None
+            with self._lock:
+                graph = self._graphs.get(key)
+            identity = _identity(session, collection_id)
+            graph = self._of_size(
+                session, self._saved_or(graph, key, stamp, identity), key, members, identity
+            )
+        with graph.lock:
+            gone, new = difference(graph.keys(), members)
+            done = self._apply(graph, gone, new, stamp, threads=threads, cancel=cancel)
+            self._save(graph)
+        self._install(key, graph)
+        return done
+
+    def _install(self, key: tuple[str, int], graph: Graph) -> None:
+        with self._lock:
+            self._graphs[key] = graph
+            self._exact_at.pop(key, None)
+
+    def _start_build(self, model: str, collection_id: int) -> None:
+        key = (model, collection_id)
+
+        def build() -> None:
+            try:
+                # One thread: the model answering the user needs the other cores.
+                self._prepare(collection_id, model, threads=1, cancel=self._closing)
+            except _Closed:
+                pass
+            except Exception:
+                log.exception("building the vector index of collection %d failed", collection_id)
+            finally:
+                with self._lock:
+                    self._builders.pop(key, None)
+
+        with self._lock:
+            if key in self._builders:
+                return
+            thread = threading.Thread(target=build, name="hearth-vector-index", daemon=True)
+            self._builders[key] = thread
+        thread.start()
+
+    def _save(self, graph: Graph) -> None:
+        """Save with the graph's lock held; a cache that cannot be written (a read-only home) only makes
+        the next start slower."""
+        try:
+            graph.save(self._files)
+        except OSError as exc:
+            log.warning("could not save the vector index of collection %d: %s", graph.collection_id, exc)
+
+    def _save_soon(self, graph: Graph) -> None:
+        def save() -> None:
+            with graph.lock:
+                if not graph.saved:
+                    self._save(graph)
+
+        thread = threading.Thread(target=save, name="hearth-vector-index-save", daemon=True)
+        with self._lock:
+            self._savers = [t for t in self._savers if t.is_alive()] + [thread]
+        thread.start()
+
+    def wait(self) -> None:
+        """Let graphs being built or saved finish (before the process ends)."""
+        while True:
+            with self._lock:
+                pending = [t for t in (*self._builders.values(), *self._savers) if t.is_alive()]
+            if not pending:
+                return
+            for thread in pending:
+                thread.join()
+
+    def close(self) -> None:
+        """Stop building graphs and let those being saved finish (the process is about to end)."""
+        self._closing.set()
+        self.wait()
+
+    def forget_collection(self, collection_id: int) -> None:
+        """Drop a deleted collection's graphs, in memory and on disk."""
+        self.wait()
+        with self._lock:
+            for key in [k for k in self._graphs if k[1] == collection_id]:
+                del self._graphs[key]
+        self._files.remove_collection(collection_id)
+
+
+class _Closed(Exception):
+    """The index was closed while a graph was being filled."""
+
+
+def _check_dims(query: FloatArray, dims: int, embedding_model: str) -> None:
+    if dims != query.shape[0]:
+        raise ValueError(
+            f"the query vector has {query.shape[0]} dimensions; the passages embedded by "
+            f"{embedding_model} have {dims}"
+        )
+
+
+def _identity(session: Session, collection_id: int) -> str:
+    created = session.execute(
+        text("SELECT created_at FROM collections WHERE id = :id"), {"id": collection_id}
+    ).scalar()
+    return str(created)
+
+
+def _dims(session: Session, chunk_id: int) -> int:
+    blob = session.execute(
+        text("SELECT embedding FROM document_chunks WHERE id = :id"), {"id": chunk_id}
+    ).scalar_one()
+    return len(blob) // EMBEDDING_DTYPE.itemsize
+
+
+def _members(session: Session, collection_id: int, model: str) -> IdArray:
+    """The sorted ids of the passages the collection searches that have vectors from `model`.
+
+    Read from the (content, ordinal) index alone; a content's passages all carry one model (add_chunks
+    stores them together), so the model is checked on one passage of each content.
+    """
+    rows = session.execute(
+        text(
+            "WITH contents AS (SELECT DISTINCT f.content_sha256 AS sha FROM collection_files AS f "
+            f"WHERE f.collection_id = :collection_id AND f.status IN ({_STATUSES}) "
+            "AND (SELECT e.embedding_model FROM document_chunks AS e "
+            "WHERE e.content_sha256 = f.content_sha256 LIMIT 1) = :model) "
+            "SELECT c.id FROM contents CROSS JOIN document_chunks AS c ON c.content_sha256 = contents.sha"
+        ),
+        {"collection_id": collection_id, "model": model},
+    ).scalars()
+    return np.sort(np.fromiter(rows, dtype=np.int64))
+
+
+def _read_vectors(session: Session, ids: IdArray, model: str) -> tuple[IdArray, npt.NDArray[np.float16]]:
+    """The stored vectors of those of `ids` that still exist with `model`'s vectors."""
+    rows = session.execute(
+        text(
+            "SELECT c.id, c.embedding FROM json_each(:ids) AS j CROSS JOIN document_chunks AS c "
+            "ON c.id = j.value WHERE c.embedding_model = :model"
+        ),
+        {"ids": json.dumps(ids.tolist()), "model": model},
+    ).all()
+    found = np.asarray([row.id for row in rows], dtype=np.int64)
+    if not rows:
+        return found, np.zeros((0, 0), dtype=EMBEDDING_DTYPE)
+    blob = b"".join(row.embedding for row in rows)
+    return found, np.frombuffer(blob, dtype=EMBEDDING_DTYPE).reshape(len(rows), -1)
+
 
 def _scope_key(scope: Scope) -> tuple[str, object]:
     # bool is an int: True must not quietly mean collection 1.
@@ -629,10 +966,13 @@ def _scope_condition(scope: Scope, column: str) -> tuple[str, dict[str, object]]
     """A SQL condition on `column` (a content SHA-256) for the passages in `scope`."""
     kind, value = _scope_key(scope)
     if kind == "collection":
-        statuses = ", ".join(f"'{status}'" for status in SEARCHABLE_STATUSES)
+        # Looked up per passage (by content, ix_collection_files_content_sha256), not `IN (the collection's
+        # contents)`: SQLite would list every file of the collection for each question, a cost that grows
+        # with the collection while the passages checked stay a few hundred.
         return (
-            f"{column} IN (SELECT content_sha256 FROM collection_files "
-            f"WHERE collection_id = :collection_id AND status IN ({statuses}))",
+            "EXISTS (SELECT 1 FROM collection_files AS f "
+            f"WHERE f.content_sha256 = {column} AND f.collection_id = :collection_id "
+            f"AND f.status IN ({_STATUSES}))",
             {"collection_id": value},
         )
     assert isinstance(value, frozenset)

@@ -235,6 +235,10 @@ class DocumentLibrary:
                 reason = str(exc) if isinstance(exc, HearthError) else f"{found.path}: {exc.strerror or exc}"
                 self.collections.mark_failed(name, found.path, reason)
                 failed.append((found.path, reason))
+        if embedder is not None:
+            # A large collection's graph is brought up to date here, with the indexing, not by the first
+            # question after it.
+            self.index.prepare(self.collections.get(name).id, embedder.model_id)
         if progress is not None:
             progress(IndexProgress(name, len(todo), len(todo), ""))
         return RefreshReport(name, indexed, tuple(failed), len(plan.missing), len(plan.unchanged))
@@ -287,6 +291,7 @@ class DocumentLibrary:
             return self._embedder
 
     def close(self) -> None:
+        self.index.close()
         with self._embedder_lock:
             closer = getattr(self._embedder, "close", None)
             if closer is not None:

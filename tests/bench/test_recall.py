@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.documents.embedding import RunnerEmbedder
-from bench.recall import CORPUS, load_questions, measure, passage_files, weighted_fusion
+from bench.recall import CORPUS, EXACT_OF, SETS, load_questions, measure, passage_files, weighted_fusion
 
 # Measured (bench.recall, multilingual-e5-small q4_0): hybrid recall@5 was 0.95 in English and in Chinese
 # (57 of 60 each), full text alone 0.78 and 0.80. The floor sits between the two: a few questions may move
@@ -56,3 +56,9 @@ def test_hybrid_search_finds_paraphrased_questions_passages(embedding_model: Pat
     hybrid = measured["modes"]["hybrid"]
     for language in ("en", "zh"):
         assert hybrid[language]["recall@5"] >= HYBRID_RECALL_AT_5_FLOOR, (language, hybrid[language])
+    # Approximate search (the HNSW graph large collections use) loses no more than 0.01 to exact search.
+    for graph, exact in EXACT_OF.items():
+        for language in SETS:
+            for metric in ("recall@5", "mrr"):
+                approximate, truth = (measured["modes"][m][language][metric] for m in (graph, exact))
+                assert approximate >= truth - 0.01, (graph, language, metric, approximate, truth)

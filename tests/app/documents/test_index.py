@@ -301,6 +301,21 @@ def test_words_in_most_passages_are_left_to_the_vectors(
     assert len(index.search("river", None, scope={sha}, limit=20)) == 9
 
 
+def test_without_vectors_a_common_word_ranks_its_most_recent_passages_only(
+    index: ChunkIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(index_module, "FTS_BUDGET", 3)
+    monkeypatch.setattr(index_module, "FALLBACK_SAMPLE", 4)
+    older = add_document(index, "older", [f"the river number {i}" for i in range(5)])
+    newer = add_document(
+        index, "newer", ["a river", "the river river river", "river", "no water here", "rivers"]
+    )
+    hits = index.search("river", None, scope={older, newer}, limit=20)
+    # The four newest passages holding the word, ranked by bm25 among themselves.
+    assert {hit.text for hit in hits} == {"a river", "the river river river", "river", "the river number 4"}
+    assert hits[0].text == "the river river river"
+
+
 # Scopes --------------------------------------------------------------------------------------------------
 
 
