@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtWidgets import QApplication
 
 from bench import results, retrieval, ttft_attachment
 from bench.results import README, blocks, pending, render
@@ -49,7 +50,11 @@ def test_the_retrieval_benchmark_publishes_its_table(published: tuple[Path, Path
 
 @pytest.mark.model
 @pytest.mark.timeout(900)
-def test_the_attachment_ttft_benchmark_publishes_its_table(published: tuple[Path, Path]) -> None:
+def test_the_attachment_ttft_benchmark_publishes_its_table(
+    published: tuple[Path, Path], qapp: QApplication
+) -> None:
+    # pytest-qt's application first: the bench would make a QCoreApplication, which the GUI tests after
+    # this one cannot use (a process has one application object).
     assert ttft_attachment.main(["--pages", "1", "--words-per-page", "60", "--rounds", "1"]) == 0
     body = check("ttft_attachment", *published)
     assert "A 1-page PDF" in body and "Send extracted no file and embedded no passage" in body
