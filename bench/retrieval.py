@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import itertools
 import os
 import random
@@ -45,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import usearch
 
 from app.documents.ann import APPROXIMATE_FROM
 from app.documents.index import ChunkIndex, ChunkInput
@@ -262,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         "dims": args.dims,
         "sqlite": sqlite3.sqlite_version,
         "numpy": np.__version__,
-        "usearch": usearch.__version__,
+        # Through ann: importing usearch before its locale set-up breaks llama.cpp in this process.
+        "usearch": importlib.metadata.version("usearch"),
         "approximate_from": APPROXIMATE_FROM,
         "target_p95_ms": TARGET_P95_MS,
         "sizes": rows,

@@ -17,21 +17,23 @@ import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
-from usearch.index import Index
 
 import app.documents.index as index_module
-from app.documents.ann import GraphFiles
+from app.documents.ann import GraphFiles, _usearch_index
 from app.documents.collections import CollectionStore
 from app.documents.index import ChunkIndex, ChunkInput
 from app.storage.db import Database
 from tests.helpers.documents import sha_of
+
+if TYPE_CHECKING:
+    from usearch.index import Index
 
 DIMS = 48
 MODEL = "clustered"
@@ -178,7 +180,8 @@ def chunk_ids(db: Database) -> set[int]:
 
 
 def saved_graph(db: Database, collection_id: int) -> Index:
-    graph = Index.restore(str(files(db, collection_id)[0]))
+    # Through ann, which sets up libstdc++'s locale before usearch loads (llama.cpp breaks otherwise).
+    graph = _usearch_index().restore(str(files(db, collection_id)[0]))
     assert graph is not None
     return graph
 
