@@ -21,7 +21,14 @@ from inference.estimator import (
     within_bar,
 )
 from inference.gguf import read_header
-from tests.helpers.model_shapes import MIB, deepseek_v2_lite_file, dry_run, hardware, r1_distill_qwen_7b_file
+from tests.helpers.model_shapes import (
+    MIB,
+    deepseek_v2_lite_file,
+    dry_run,
+    hardware,
+    r1_distill_qwen_7b_file,
+    skip_with_amx_kernels,
+)
 
 # Q8_0 stores 32 weights in 34 bytes; norms and the router are F32 (4 bytes).
 # DeepSeek-V2-Lite, one layer's attention (MLA file): attn_q 2048·(16·192) = 6,291,456 + attn_kv_a_mqa
@@ -179,6 +186,7 @@ def test_dense_models_have_no_experts_placement(qwen: ModelProfile) -> None:
 def test_deepseek_shapes_match_llama_cpp_dry_run(
     tmp_path: Path, shape: str, load: dict[str, object], low: float, high: float
 ) -> None:
+    skip_with_amx_kernels()
     """llama-cpp-python 0.3.36 sizes these files itself (no_alloc): the KV cache exactly (MLA: K only), the
     compute buffer within the stated band and bar P7."""
     if importlib.util.find_spec("llama_cpp") is None:
