@@ -9,7 +9,7 @@ Tests drive it with a synchronous `run` and no widgets at all.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from app.chat.documents import TurnDocuments
@@ -157,9 +157,9 @@ class ChatSession:
         self._after_creation: list[Callable[[], None]] = []
         # Counts settings edits, so a conversation read from before an edit does not overwrite it.
         self._settings_edits = 0
-        # The collections each chat answers from, for as long as the app runs (None: the new chat, until it
-        # is created). Not stored: a conversation's stored settings are generation settings only, which
-        # its settings pane replaces whole.
+        # The collections chosen in this run for each chat (None: the new chat, until it is created). Each
+        # choice is saved with its conversation; until it is, and for a read that started before it, the
+        # choice made here wins over what the store says.
         self._collections: dict[int | None, tuple[str, ...]] = {}
 
         self.conversations_listed: Event[Sequence[Conversation]] = Event()
@@ -198,8 +198,10 @@ class ChatSession:
     def _listed(self, conversations: Sequence[Conversation]) -> None:
         # The current conversation may be missing from a list read just before the chat service created
         # it; it stays current (only deleting it ends it) and is selected next time.
+        before = self.collections
         self.conversations = {c.id: c for c in conversations}
         self.conversations_listed.emit(conversations)
+        self._collections_read(before)
 
     def new_chat(self) -> None:
         self.current_id = None
@@ -247,8 +249,10 @@ class ChatSession:
             return
         # An edit made while this was loading is newer than what was read; it is (being) saved.
         if edits == self._settings_edits and not self._unsaved_edit():
+            before = self.collections
             self.conversations[conversation.id] = conversation
             self.conversation_loaded.emit(conversation)
+            self._collections_read(before)
 
     def refresh_current(self) -> None:
         """Re-read the open branch (sibling counts, provenance) once no reply is being written."""
@@ -370,27 +374,33 @@ class ChatSession:
 
     @property
     def collections(self) -> tuple[str, ...]:
-        return self._collections.get(self.current_id, ())
+        """What the open chat answers from: chosen in this run, else as stored with the conversation."""
+        chosen = self._collections.get(self.current_id)
+        if chosen is not None:
+            return chosen
+        conversation = self.current_conversation()
+        return conversation.collections if conversation is not None else ()
 
     def choose_collections(self, names: Sequence[str]) -> None:
-        """The open chat's next turns answer from these collections (none: from no collection)."""
+        """The open chat's next turns answer from these collections (none: from no collection), and so it
+        does after a restart."""
         chosen = tuple(dict.fromkeys(names))
-        if chosen:
-            self._collections[self.current_id] = chosen
-        else:
-            self._collections.pop(self.current_id, None)
+        self._collections[self.current_id] = chosen
+        if self.current_id is not None:
+            self._save_collections(self.current_id, chosen)
         self.collections_changed.emit(chosen)
 
     def keep_collections(self, existing: Sequence[str]) -> None:
-        """Only these collections exist now: a chat stops answering from one that was removed."""
+        """Only these collections exist now: a chat stops answering from one that was removed (the store
+        forgets it by itself, with the collection)."""
         before = self.collections
         kept = set(existing)
         for key, names in list(self._collections.items()):
-            remaining = tuple(name for name in names if name in kept)
-            if remaining:
-                self._collections[key] = remaining
-            else:
-                del self._collections[key]
+            self._collections[key] = tuple(name for name in names if name in kept)
+        for conversation in list(self.conversations.values()):
+            if any(name not in kept for name in conversation.collections):
+                remaining = tuple(name for name in conversation.collections if name in kept)
+                self.conversations[conversation.id] = replace(conversation, collections=remaining)
         if self.collections != before:
             self.collections_changed.emit(self.collections)
 
@@ -398,6 +408,17 @@ class ChatSession:
         chosen = self._collections.pop(None, None)
         if chosen:
             self._collections[conversation_id] = chosen
+            self._save_collections(conversation_id, chosen)
+
+    def _save_collections(self, conversation_id: int, names: tuple[str, ...]) -> None:
+        store = self._store
+        self._run(lambda: store.set_conversation_collections(conversation_id, names), lambda _saved: None)
+
+    def _collections_read(self, before: tuple[str, ...]) -> None:
+        """Conversations were read from the store: the open chat may answer from the collections stored
+        with it."""
+        if self.collections != before:
+            self.collections_changed.emit(self.collections)
 
     # -- asking ----------------------------------------------------------------------------------
 
@@ -454,9 +475,14 @@ class ChatSession:
             self.current_id = conversation_id
             self._load_generation += 1
             self._adopt_new_chat_collections(conversation_id)
-        elif request.conversation_id is None and request.collections:
+        elif (
+            request.conversation_id is None
+            and request.collections
+            and conversation_id not in self._collections
+        ):
             # Another chat was opened meanwhile: the one created still answers from what it was sent with.
-            self._collections.setdefault(conversation_id, request.collections)
+            self._collections[conversation_id] = request.collections
+            self._save_collections(conversation_id, request.collections)
         self.reply_began.emit(ReplyBegan(self.live, request, conversation_id == self.current_id))
 
     def _streaming(self, assistant_message_id: int) -> LiveReply | None:

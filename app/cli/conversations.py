@@ -110,6 +110,7 @@ def _conversation_json(c: Conversation) -> dict[str, Any]:
         "message_count": c.message_count,
         "pinned": c.pinned,
         "settings": c.settings,
+        "collections": list(c.collections),
         "created_at": c.created_at,
         "updated_at": c.updated_at,
     }

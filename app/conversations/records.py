@@ -23,9 +23,13 @@ MESSAGE_COLUMNS = (
     "template, quantization, context_note, server_name, server_url, reasoning, reasoning_seconds"
 )
 SELECT_MESSAGES = f"SELECT {MESSAGE_COLUMNS} FROM messages"
+# The collections a conversation answers from come along as one JSON array (names, in the user's order),
+# so the list of 10,000 conversations stays one query.
 SELECT_CONVERSATIONS = (
     "SELECT id, title, system_prompt, created_at, updated_at, model_name, message_count, pinned, trashed_at, "
-    "settings_json, current_leaf_id FROM conversations"
+    "settings_json, current_leaf_id, (SELECT json_group_array(name) FROM (SELECT c.name AS name "
+    "FROM conversation_collections cc JOIN collections c ON c.id = cc.collection_id "
+    "WHERE cc.conversation_id = conversations.id ORDER BY cc.position)) FROM conversations"
 )
 
 
@@ -42,6 +46,7 @@ class Conversation:
     trashed_at: datetime | None = None
     settings: dict[str, Any] | None = None  # app.settings.GENERATION_KEYS chosen for this conversation
     current_leaf_id: int | None = None
+    collections: tuple[str, ...] = ()  # the collections it answers from, in the order they were chosen
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,8 @@ def _time(value: str | None) -> datetime | None:
 
 def conversation_from_row(row: Sequence[Any]) -> Conversation:
     """From a row of SELECT_CONVERSATIONS."""
-    (id_, title, system_prompt, created, updated, model_name, count, pinned, trashed, settings, leaf) = row
+    (id_, title, system_prompt, created, updated, model_name, count, pinned, trashed, settings, leaf,
+     collections) = row  # fmt: skip
     return Conversation(
         id_,
         title,
@@ -125,6 +131,7 @@ def conversation_from_row(row: Sequence[Any]) -> Conversation:
         _time(trashed),
         _json_or_none(settings),
         leaf,
+        tuple(json.loads(collections)) if collections else (),
     )
 
 

@@ -36,6 +36,8 @@ from app.storage.db import Database
 from app.storage.orm import (
     MESSAGE_STATUSES,
     ROLES,
+    CollectionRow,
+    ConversationCollectionRow,
     ConversationRow,
     MessagePartRow,
     MessageRow,
@@ -231,6 +233,28 @@ class ConversationStore:
     def set_pinned(self, conversation_id: int, pinned: bool) -> Conversation:
         with self._db.session() as session:
             self._row(session, conversation_id).pinned = pinned
+            session.flush()
+            return records.get_conversation(session, conversation_id)
+
+    def set_conversation_collections(self, conversation_id: int, names: Sequence[str]) -> Conversation:
+        """The conversation answers from these collections from now on, in this order (none: from no
+        collection). Names of collections that no longer exist are left out: a removal may race the choice."""
+        with self._db.session() as session:
+            self._row(session, conversation_id)
+            known = select(CollectionRow.name, CollectionRow.id).where(CollectionRow.name.in_(names))
+            ids = {name: collection_id for name, collection_id in session.execute(known)}
+            session.execute(
+                delete(ConversationCollectionRow).where(
+                    ConversationCollectionRow.conversation_id == conversation_id
+                )
+            )
+            chosen = [name for name in dict.fromkeys(names) if name in ids]
+            session.add_all(
+                ConversationCollectionRow(
+                    conversation_id=conversation_id, collection_id=ids[name], position=i
+                )
+                for i, name in enumerate(chosen)
+            )
             session.flush()
             return records.get_conversation(session, conversation_id)
 

@@ -265,6 +265,21 @@ class CollectionFileRow(Base):
     indexed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
+class ConversationCollectionRow(Base):
+    """Revision 0006: a collection a conversation answers from, in the order the user chose them."""
+
+    __tablename__ = "conversation_collections"
+    __table_args__ = (Index("ix_conversation_collections_collection_id", "collection_id"),)
+
+    conversation_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    collection_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("collections.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer)
+
+
 class DocumentChunkRow(Base):
     """A passage of a file's text. Chunked once per content, shared by every attachment and collection
     holding the same bytes; `document_chunks_fts` indexes it (kept in step by app.documents.index)."""

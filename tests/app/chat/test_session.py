@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -12,8 +13,11 @@ import pytest
 from app.chat.documents import TurnDocuments
 from app.chat.session import BranchLoaded, ChatSession, ReplyBegan, ReplyFailed, ReplyFinished, Request
 from app.conversations.store import Conversation, ConversationStore, Message
+from app.documents.collections import CollectionStore
+from app.documents.index import ChunkIndex
 from app.documents.library import Attachment
 from app.settings import Settings, SettingsStore
+from app.storage.db import Database
 from inference.protocol import GenerationStats, StopReason
 
 T = TypeVar("T")
@@ -465,3 +469,71 @@ def test_a_collection_that_is_gone_is_no_longer_answered_from(
     count = len(shown)
     session.keep_collections([])
     assert len(shown) == count
+
+
+@pytest.fixture
+def shelves(db: Database, tmp_path: Path) -> None:
+    """Real collections, so the choices below are stored (names of collections that do not exist are not)."""
+    notes = tmp_path / "shelf"
+    notes.mkdir()
+    made = CollectionStore(db, ChunkIndex(db))
+    for name in ("handbook", "tides"):
+        made.create(name, [notes])
+
+
+@pytest.mark.usefixtures("shelves")
+def test_each_chats_collections_are_stored_and_answer_after_a_restart(
+    session: ChatSession, store: ConversationStore, settings: SettingsStore, chat: FakeChat, later: Later
+) -> None:
+    session.choose_collections(["tides", "handbook"])
+    session.send("Where is the key?")
+    first, _user, reply = _stream_into_new_chat(session, store, "Where is the key?")
+    store.finish_message(reply, content="Under the pot.", status="complete")
+    session.reply_done(reply, STATS, "complete")
+    other = store.create_conversation("Other")
+    session.open(other.id)
+    session.choose_collections(["handbook"])
+    session.choose_collections([])
+    later.drain()
+    assert store.get_conversation(first).collections == ("tides", "handbook")
+    assert store.get_conversation(other.id).collections == ()
+
+    # A new session on the same store, as after a restart: the list says what each chat answers from.
+    restarted = ChatSession(store, settings, chat, later)
+    restarted.models_listed(["starter"])
+    shown: list[tuple[str, ...]] = []
+    restarted.collections_changed.connect(shown.append)
+    restarted.refresh_conversations()
+    later.drain()
+    restarted.open(first)
+    assert answers_from(restarted) == ("tides", "handbook") and last(shown) == ("tides", "handbook")
+    restarted.send("And the spare?")
+    assert last(chat.asked) == (
+        "send", first, "And the spare?", "starter", TurnDocuments(collections=("tides", "handbook"))
+    )  # fmt: skip
+
+
+@pytest.mark.usefixtures("shelves")
+def test_a_read_from_before_a_choice_does_not_undo_it(
+    session: ChatSession, store: ConversationStore, later: Later
+) -> None:
+    chat_id = store.create_conversation("Keys").id
+    store.set_conversation_collections(chat_id, ["tides"])
+    session.open(chat_id)  # its read waits in `later`
+    session.choose_collections(["handbook"])
+    later.drain()
+    assert answers_from(session) == ("handbook",)
+    assert store.get_conversation(chat_id).collections == ("handbook",)
+
+
+@pytest.mark.usefixtures("shelves")
+def test_a_removed_collection_leaves_the_stored_choice_of_a_chat_not_open(
+    session: ChatSession, store: ConversationStore, later: Later
+) -> None:
+    chat_id = store.create_conversation("Keys").id
+    store.set_conversation_collections(chat_id, ["tides", "handbook"])
+    session.refresh_conversations()
+    later.drain()
+    session.keep_collections(["handbook"])
+    session.open(chat_id)
+    assert answers_from(session) == ("handbook",)

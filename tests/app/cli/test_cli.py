@@ -101,7 +101,7 @@ def test_chat_streams_stores_and_continues(starter_model: Path) -> None:
 
     code, listed, _ = run("conversations", "list", "--json")
     (conversation,) = json.loads(listed)["conversations"]
-    assert conversation["message_count"] == 4
+    assert conversation["message_count"] == 4 and conversation["collections"] == []
     assert conversation["title"].startswith("What is the capital of France")
 
     code, md, _ = run("conversations", "export", str(conversation_id), "--format", "md")
