@@ -34,7 +34,7 @@ from typing import Any
 
 from bench import results
 from inference.estimator import KV_CACHE_TYPES, MIB, predict_memory, within_bar
-from inference.ggml_backends import load_backends
+from inference.ggml_backends import amx_kernels, load_backends
 from inference.gguf import read_header
 from inference.llama_memory import LlamaLog, gpu_used_bytes
 
@@ -149,6 +149,7 @@ def report(load: Load, n_gpu_layers: int) -> dict[str, Any]:
         n_gpu_layers=n_gpu_layers,
         flash_attn=n_gpu_layers > 0,
         swa_full=load.swa_full,
+        amx=amx_kernels(),
     ).as_dict()
     want = sum(predicted[k] for k in PARTS)
     got = sum(measured.get(k, 0) for k in PARTS)

@@ -13,9 +13,11 @@ What llama.cpp allocates, and how it is modelled here:
   CPU the two are one mapping, at full offload the GPU holds a duplicate (TENSOR_DUPLICATED in
   llama-model.cpp). llama.cpp offloads the *last* n layers (`i_gpu_start = n_layer - n_gpu_layers`).
 - CPU weight repacking: on x86-64 with AVX2 (and ARM with NEON) llama.cpp copies Q4_0/Q4_K/IQ4_NL matrices
-  of CPU-resident layers into an interleaved CPU_REPACK buffer, on top of the mapped file. llama.cpp reports
-  both buffers, so both count as weights; the mapped pages of repacked matrices are read once and are clean
-  page cache after that, so they do not count towards the RAM a placement needs.
+  of CPU-resident layers into an interleaved CPU_REPACK buffer, on top of the mapped file. With ggml's AMX
+  kernels (a Xeon with AMX) most matmul weights (Q4_0, Q4_1, Q8_0, K-quants, IQ4_XS, F16) are copied
+  instead into an AMX buffer, packed for the tile instructions and a little larger. llama.cpp reports these
+  buffers beside the mapping, so they count as weights; the mapped pages of copied matrices are read once and
+  are clean page cache after that, so they do not count towards the RAM a placement needs.
 - KV cache: per layer, cells × n_kv_head(layer) × (key_length + value_length) × bytes per element. Cells are
   the context padded to 256. Sliding-window layers hold only window + n_ubatch cells
   (llama_kv_cache_iswa), unless llama.cpp is asked for a full-size SWA cache (`swa_full`, its default).
@@ -124,6 +126,22 @@ KV_CACHE_TYPES: Final[Mapping[str, KvCacheType]] = {
 # matrix has a multiple of 8 rows. Measured here: Q4_0 and Q4_K matrices repacked, Q5_0/Q6_K/Q8_0 not.
 _REPACKED_TYPES: Final = frozenset({2, 12, 20})  # Q4_0, Q4_K, IQ4_NL
 _REPACK_ROWS: Final = 8
+# ggml-cpu's AMX buffer (ggml/src/ggml-cpu/amx/, in the sapphirerapids kernels only), which comes before
+# CPU_REPACK in the CPU's buffer list: a 2-D matmul weight of these types whose rows come in multiples of
+# 2 × TILE_N (amx.cpp's supports_op) is copied into it, packed for the tile instructions. The copy takes
+# the type's blocks plus, per block, the bytes below (mmq.cpp's get_row_size: Q8_0's int32 compensation,
+# Q4_K/Q5_K's unpacked scales, IQ4_XS's); F16 is copied as it is. Other types fall to the CPU_REPACK rule.
+_AMX_EXTRA_BYTES_PER_BLOCK: Final[Mapping[int, int]] = {
+    1: 0,  # F16 (its alignment, 16 elements, is a row length every real model has)
+    2: 0,  # Q4_0
+    3: 0,  # Q4_1
+    8: 4,  # Q8_0
+    12: 4,  # Q4_K
+    13: 4,  # Q5_K
+    14: 0,  # Q6_K
+    23: 2,  # IQ4_XS
+}
+_AMX_ROWS: Final = 32
 
 # Sliding-window layer pattern per architecture: llama.cpp's `hparams.set_swa_pattern(period)` in
 # src/llama-model.cpp (llm_load_hparams): layer il uses the window when `il % period < period - 1`, so
@@ -156,6 +174,20 @@ _AVOID_Q2_PARAMS: Final = (6_500_000_000, 9_500_000_000)
 
 
 @dataclass(frozen=True)
+class WeightCopies:
+    """Weights llama.cpp copies out of the mapped file into a CPU buffer of its own (CPU_REPACK, AMX), per
+    layer (or one entry for the output matrix): the copies' bytes, and the bytes of the file they were made
+    from (clean page cache once copied)."""
+
+    copy_bytes: tuple[int, ...]
+    source_bytes: tuple[int, ...]
+
+    def upto(self, end: int) -> tuple[int, int]:
+        """Copy and source bytes of the entries before `end`."""
+        return sum(self.copy_bytes[:end]), sum(self.source_bytes[:end])
+
+
+@dataclass(frozen=True)
 class ModelProfile:
     """Everything the estimate needs from a GGUF header, gathered once."""
 
@@ -166,10 +198,14 @@ class ModelProfile:
     n_params: int
     bits_per_weight: float
     layer_bytes: tuple[int, ...]
-    layer_repack_bytes: tuple[int, ...]
+    # The CPU's copies of weights beside the mapped file, with the kernels most CPUs run (CPU_REPACK) and
+    # with AMX (sapphirerapids kernels on a CPU that has it): for the layers, then for the output matrix.
+    layer_copies: WeightCopies
+    layer_copies_amx: WeightCopies
     input_bytes: int  # token embeddings: system memory always
     output_bytes: int  # the output tensors in the file (matrix, norm): GPU at full offload only
-    output_repack_bytes: int
+    output_copies: WeightCopies
+    output_copies_amx: WeightCopies
     token_embd_bytes: int
     tied_output: bool  # no output matrix in the file: llama.cpp uses token_embd
     n_embd: int
@@ -288,39 +324,43 @@ def profile_model(header: GGUFHeader) -> ModelProfile:
     n_layers = header.block_count or 0
     notes: list[str] = []
     layer_bytes = [0] * n_layers
-    layer_repack = [0] * n_layers
+    # Per layer, then one entry for the output: [copy bytes, source bytes] with CPU_REPACK, then with AMX.
+    copies = [[[0, 0], [0, 0]] for _ in range(n_layers + 1)]
     expert_bytes = [0] * n_layers
     max_expert_tensor = 0
-    input_bytes = output_bytes = output_repack = 0
+    input_bytes = output_bytes = 0
     token_embd_bytes = 0
     tied = True
     n_vocab = 0
-    token_embd_repack = 0
+    token_embd_copies: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
     n_params = 0
     for tensor in header.tensors:
         n_params += math.prod(tensor.shape)
-        repack = tensor.n_bytes if _repacked(tensor.ggml_type, tensor.shape) else 0
+        tensor_copies = _cpu_copies(tensor.ggml_type, tensor.shape, tensor.n_bytes)
         match = _BLOCK.match(tensor.name)
+        slot = n_layers
         if match and int(match.group(1)) < n_layers:
-            layer_bytes[int(match.group(1))] += tensor.n_bytes
-            layer_repack[int(match.group(1))] += repack
+            slot = int(match.group(1))
+            layer_bytes[slot] += tensor.n_bytes
             if _EXPERT_TENSOR.search(tensor.name):
-                expert_bytes[int(match.group(1))] += tensor.n_bytes
+                expert_bytes[slot] += tensor.n_bytes
                 max_expert_tensor = max(max_expert_tensor, tensor.n_bytes)
         elif tensor.name.startswith(_INPUT_TENSOR_PREFIXES):
             input_bytes += tensor.n_bytes
             if tensor.name == "token_embd.weight":
                 token_embd_bytes = tensor.n_bytes
-                token_embd_repack = repack
+                token_embd_copies = tensor_copies
                 n_vocab = tensor.shape[1] if len(tensor.shape) > 1 else 0
+            # Only ever read row by row (get_rows), which no copy serves.
+            continue
         else:
             output_bytes += tensor.n_bytes
-            output_repack += repack
             if tensor.name == "output.weight":
                 tied = False
+        _add_copies(copies[slot], tensor_copies)
     if tied:
-        # The duplicated output matrix is placed like any matmul weight, so on the CPU it may be repacked.
-        output_repack += token_embd_repack
+        # The duplicated output matrix is placed like any matmul weight, so on the CPU it may be copied.
+        _add_copies(copies[n_layers], token_embd_copies)
     n_embd = header.embedding_length or 0
     heads = header.head_count
     n_head = max(heads) if isinstance(heads, list) and heads else (heads if isinstance(heads, int) else 0)
@@ -340,10 +380,12 @@ def profile_model(header: GGUFHeader) -> ModelProfile:
         n_params=n_params,
         bits_per_weight=8 * total_bytes / n_params if n_params else 0.0,
         layer_bytes=tuple(layer_bytes),
-        layer_repack_bytes=tuple(layer_repack),
+        layer_copies=_weight_copies(copies[:n_layers], 0),
+        layer_copies_amx=_weight_copies(copies[:n_layers], 1),
         input_bytes=input_bytes,
         output_bytes=output_bytes,
-        output_repack_bytes=output_repack,
+        output_copies=_weight_copies(copies[n_layers:], 0),
+        output_copies_amx=_weight_copies(copies[n_layers:], 1),
         token_embd_bytes=token_embd_bytes,
         tied_output=tied,
         n_embd=n_embd,
@@ -389,11 +431,13 @@ def predict_memory(
     swa_full: bool = True,
     cuda: bool | None = None,
     experts_on_cpu: bool = False,
+    amx: bool = False,
 ) -> MemoryBreakdown:
     """What llama.cpp will allocate for one placement. `n_gpu_layers` has llama.cpp's meaning (more than the
     layer count also offloads the output matrix); `cuda` says whether the process uses a GPU at all
     (default: when any layer is offloaded). `experts_on_cpu` keeps the routed-expert tensors of offloaded
-    layers in system memory, as `--override-tensor exps=CPU` does."""
+    layers in system memory, as `--override-tensor exps=CPU` does. `amx`: the CPU side runs ggml's AMX
+    kernels (HardwareReport.cpu_amx), which keep packed copies of most CPU-resident weights."""
     p = model if isinstance(model, ModelProfile) else profile_model(model)
     kv = KV_CACHE_TYPES[kv_type]
     n = p.n_layers
@@ -422,8 +466,14 @@ def predict_memory(
     gpu_weights -= host_experts
     if full:
         gpu_weights += p.output_bytes + (p.token_embd_bytes if p.tied_output else 0)
-    repacked = sum(p.layer_repack_bytes[:first_gpu]) + (0 if full else p.output_repack_bytes)
-    ram_weights = p.input_bytes + sum(p.layer_bytes[:first_gpu]) + (0 if full else p.output_bytes) + repacked
+    layer_copies, output_copies = (
+        (p.layer_copies_amx, p.output_copies_amx) if amx else (p.layer_copies, p.output_copies)
+    )
+    copied, copied_from = layer_copies.upto(first_gpu)
+    if not full:
+        output_copied, output_copied_from = output_copies.upto(1)
+        copied, copied_from = copied + output_copied, copied_from + output_copied_from
+    ram_weights = p.input_bytes + sum(p.layer_bytes[:first_gpu]) + (0 if full else p.output_bytes) + copied
     ram_weights += host_experts
 
     output_step = n_ubatch * (p.n_vocab + 3 * p.n_embd) * _F32
@@ -459,7 +509,7 @@ def predict_memory(
         ram_kv=ram_kv,
         ram_compute=ram_compute,
         ram_runtime=RUNNER_RAM_BYTES + (CUDA_HOST_RAM_BYTES if uses_cuda else 0),
-        ram_reclaimable=repacked,
+        ram_reclaimable=copied_from,
     )
 
 
@@ -714,6 +764,7 @@ class _Fitter:
             swa_full=self.swa_full,
             cuda=n_gpu_layers > 0,
             experts_on_cpu=experts_on_cpu,
+            amx=self.hardware.cpu_amx,
         )
 
     def gpu_fits(self, m: MemoryBreakdown) -> bool:
@@ -944,8 +995,28 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _repacked(ggml_type: int, shape: tuple[int, ...]) -> bool:
-    return ggml_type in _REPACKED_TYPES and len(shape) == 2 and shape[1] % _REPACK_ROWS == 0
+def _cpu_copies(
+    ggml_type: int, shape: tuple[int, ...], n_bytes: int
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(copy bytes, source bytes) of one tensor with CPU_REPACK kernels, then with AMX ones."""
+    matrix = len(shape) == 2
+    repacked = matrix and ggml_type in _REPACKED_TYPES and shape[1] % _REPACK_ROWS == 0
+    repack = (n_bytes, n_bytes) if repacked else (0, 0)
+    extra = _AMX_EXTRA_BYTES_PER_BLOCK.get(ggml_type)
+    if extra is None or not matrix or shape[1] % _AMX_ROWS:
+        return repack, repack
+    traits = GGML_TYPES[ggml_type]
+    return repack, (n_bytes + shape[1] * (shape[0] // traits.block_size) * extra, n_bytes)
+
+
+def _add_copies(into: list[list[int]], tensor: tuple[tuple[int, int], tuple[int, int]]) -> None:
+    for kernels, (copy, source) in enumerate(tensor):
+        into[kernels][0] += copy
+        into[kernels][1] += source
+
+
+def _weight_copies(slots: Sequence[list[list[int]]], kernels: int) -> WeightCopies:
+    return WeightCopies(tuple(s[kernels][0] for s in slots), tuple(s[kernels][1] for s in slots))
 
 
 def _attention_step_bytes(p: ModelProfile, cells: int, n_ubatch: int, flash_attn: bool) -> int:

@@ -289,6 +289,24 @@ class CpuKernelMemory:
         return remembered
 
 
+# ggml's x86 variants built with AMX (ggml/src/ggml-cpu/CMakeLists.txt: AMX_TILE, AMX_INT8 for
+# sapphirerapids only).
+AMX_VARIANTS = frozenset({"sapphirerapids"})
+
+
+def amx_kernels() -> bool:
+    """Whether llama.cpp's CPU work runs ggml's AMX kernels: in this process once it loaded its backends,
+    else in a new runner (the best variant for this CPU, or the one $HEARTH_CPU_VARIANT names). A fallback
+    remembered after a crash (CpuKernelMemory) is not looked up here; an estimate made with AMX counts
+    copies a safer variant does not make, so it errs towards more memory."""
+    if _loaded is not None:
+        return _loaded.variant in AMX_VARIANTS
+    names = [v.name for v in ranked_variants()]
+    forced = os.environ.get(VARIANT_ENV)
+    chosen = forced if forced in names else next(iter(names), None)
+    return chosen in AMX_VARIANTS
+
+
 def kernels_for_this_machine(memory: CpuKernelMemory) -> CpuKernels:
     """The variant a new runner will use, and why, without loading anything into this process but the
     variants' score functions: for `hearth doctor`."""

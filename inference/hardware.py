@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import psutil
 
-from inference.ggml_backends import load_backends
+from inference.ggml_backends import amx_kernels, load_backends
 
 log = logging.getLogger("hearth.hardware")
 
@@ -68,6 +68,9 @@ class HardwareReport:
     ram_available_mib: int
     cpu_count_physical: int
     cpu_count_logical: int
+    # llama.cpp's CPU side runs ggml's AMX kernels here (inference.ggml_backends.amx_kernels), which keep
+    # packed copies of weights beside the mapped file.
+    cpu_amx: bool = False
 
 
 def probe_hardware(
@@ -94,6 +97,7 @@ def probe_hardware(
         ram_available_mib=ram_available,
         cpu_count_physical=physical,
         cpu_count_logical=logical,
+        cpu_amx=amx_kernels(),
     )
 
 

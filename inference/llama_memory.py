@@ -23,6 +23,8 @@ _BUFFER_LINE: Final = re.compile(
     r"(?P<buft>[A-Za-z][\w.-]*)\s+(?P<kind>model|KV|RS|compute|output) buffer size"
     r" =\s*(?P<mib>\d+(?:\.\d+)?) MiB"
 )
+# ggml-cpu's extra weight buffer whose name does not start with "CPU" (amx.cpp; repack and KleidiAI do).
+_CPU_EXTRA_BUFFERS: Final = frozenset({"AMX"})
 _KINDS: Final = {"model": "weights", "KV": "kv", "RS": "kv", "compute": "compute", "output": "compute"}
 # ggml.h's enum ggml_log_level: DEBUG 1, INFO 2, WARN 3, ERROR 4; CONT (5) continues the previous message
 # at its level. (llama-cpp-python's _logger still maps the older numbering, showing warnings, not errors.)
@@ -32,13 +34,14 @@ _LOG_CONT: Final = 5
 
 def parse_buffer_sizes(log_text: str) -> dict[str, int]:
     """Bytes by kind ("weights", "kv", "compute") and by place ("gpu", "ram") from llama.cpp's log. Host
-    buffers (CPU, CPU_Mapped, CPU_REPACK, CUDA_Host) are system memory; any other buffer type is a device's.
-    Empty when the log has no buffer lines."""
+    buffers (CPU, CPU_Mapped, CPU_REPACK, the CPU's AMX weight buffer, CUDA_Host) are system
+    memory; any other buffer type is a device's. Empty when the log has no buffer lines."""
     sizes: dict[str, int] = {}
     for match in _BUFFER_LINE.finditer(log_text):
         n = round(float(match["mib"]) * MIB)
         buft = match["buft"]
-        place = "ram" if buft.startswith("CPU") or buft.endswith("_Host") else "gpu"
+        host = buft.startswith("CPU") or buft.endswith("_Host") or buft in _CPU_EXTRA_BUFFERS
+        place = "ram" if host else "gpu"
         for key in (_KINDS[match["kind"]], place):
             sizes[key] = sizes.get(key, 0) + n
     if sizes:

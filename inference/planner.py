@@ -90,6 +90,7 @@ def plan_load(
         n_ubatch=DEFAULT_UBATCH,
         swa_full=SWA_FULL,
         experts_on_cpu=experts_on_cpu,
+        amx=hardware.cpu_amx,
     )
     return LoadPlan(
         model_path=model_path,
@@ -103,6 +104,7 @@ def plan_load(
         kv_type=estimate.kv_type,
         swa_full=SWA_FULL,
         experts_on_cpu=experts_on_cpu,
+        cpu_amx=hardware.cpu_amx,
         predicted_bytes=predicted.as_dict(),
     )
 
@@ -158,6 +160,7 @@ def smaller_plan(plan: LoadPlan, header: GGUFHeader) -> LoadPlan | None:
         n_ubatch=plan.n_batch,
         swa_full=plan.swa_full,
         experts_on_cpu=experts_on_cpu,
+        amx=plan.cpu_amx,
     )
     return replace(
         plan,

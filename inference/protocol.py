@@ -159,6 +159,9 @@ class LoadPlan:
     # Offload every layer but keep the routed-expert tensors of a mixture-of-experts model in system memory
     # (llama.cpp's --cpu-moe; inference.tensor_overrides).
     experts_on_cpu: bool = False
+    # The CPU side runs ggml's AMX kernels (inference.hardware.HardwareReport.cpu_amx), as predicted_bytes
+    # assumes.
+    cpu_amx: bool = False
     # What the estimator predicts llama.cpp will allocate, keyed like Loaded.memory_bytes.
     predicted_bytes: dict[str, int] = field(default_factory=dict)
 

@@ -16,8 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from inference.estimator import KV_CACHE_TYPES
 from inference.gguf import GGUFHeader, read_header
 from inference.hardware import GpuInfo, HardwareReport
@@ -404,13 +402,3 @@ def dry_run(path: Path, **load: object) -> tuple[int, int]:
     # With no_alloc the KV buffers report 0 bytes, but the cache still logs the size it would take.
     kv = sum(round(float(m) * MIB) for m in re.findall(r"llama_kv_cache: size =\s*([\d.]+) MiB", log.text))
     return kv, log.buffer_sizes()["compute"]
-
-
-def skip_with_amx_kernels() -> None:
-    """On a CPU with AMX, llama.cpp keeps a repacked copy of every AMX-able weight in an extra "AMX" buffer
-    beside the mapped file, which the estimator does not count yet, and its dry run of the DeepSeek shapes
-    aborts in the AMX path (issue 12, open). The comparisons with llama.cpp's own allocation run elsewhere."""
-    from inference.ggml_backends import load_backends
-
-    if load_backends().variant == "sapphirerapids":
-        pytest.skip("the estimator does not count llama.cpp's AMX repack buffer yet (issue 12)")

@@ -29,6 +29,7 @@ from inference.estimator import (
     recommend,
     within_bar,
 )
+from inference.ggml_backends import amx_kernels
 from inference.gguf import HYPERPARAMETER_LIMITS, MAX_BLOCK_COUNT, GGUFError, GGUFHeader, read_header
 from inference.llama_memory import LlamaLog, parse_buffer_sizes
 from tests.conftest import starter_model_file
@@ -44,7 +45,6 @@ from tests.helpers.model_shapes import (
     llama3_8b,
     llama3_8b_file,
     r1_distill_qwen_7b_file,
-    skip_with_amx_kernels,
     tiny_moe_file,
 )
 
@@ -368,6 +368,52 @@ sched_reserve:  CUDA_Host compute buffer size =    24.01 MiB
     assert parse_buffer_sizes("nothing here") == {}
 
 
+def test_amx_kernels_copy_most_matrices_packed_and_the_mapping_stays(llama: dict[str, GGUFHeader]) -> None:
+    """ggml's AMX buffer takes every Q4_K layer matrix (4 extra bytes per 256-weight block for its scales)
+    and the Q6_K output matrix as it is (128,256 rows: a multiple of 32); norms and token_embd stay mapped."""
+    amx = predict_memory(llama["Q4_K_M"], context=8192, n_gpu_layers=0, amx=True)
+    layer_matrices = LAYER_Q4_K - 32_768
+    layer_copy = layer_matrices + 218_103_808 // 256 * 4
+    output_matrix = OUTPUT_Q6_K - 16_384
+    assert amx.ram_weights == 32 * LAYER_Q4_K + EMBD_Q4_K + OUTPUT_Q6_K + 32 * layer_copy + output_matrix
+    assert amx.ram_reclaimable == 32 * layer_matrices + output_matrix
+    # Q8_0 carries an int32 compensation per 32-weight block in the copy.
+    q8 = predict_memory(llama["Q8_0"], context=8192, n_gpu_layers=0, amx=True)
+    q8_copy = LAYER_Q8_0 - 32_768 + 218_103_808 // 32 * 4
+    assert q8.ram_weights == 32 * LAYER_Q8_0 + 2 * (OUTPUT_Q8_0 - 16_384) + 16_384 + 32 * q8_copy + (
+        (OUTPUT_Q8_0 - 16_384) + 525_336_576 // 32 * 4
+    )
+    # Offloaded layers are copied on the GPU, not here: ten of them take ten layers' copies off.
+    partial = predict_memory(llama["Q4_K_M"], context=8192, n_gpu_layers=10, flash_attn=True, amx=True)
+    assert amx.ram_weights - partial.ram_weights == 10 * (LAYER_Q4_K + layer_copy)
+
+
+def test_a_matrix_whose_rows_amx_cannot_tile_keeps_the_repack_rule(tmp_path: Path) -> None:
+    """Rows not a multiple of 32 (amx.cpp's supports_op) leave a Q4_0 matrix to CPU_REPACK (rows of 8)."""
+    path = tmp_path / "odd.gguf"
+    write_gguf(
+        path,
+        {"general.architecture": "llama", "llama.block_count": 1, "llama.embedding_length": 256},
+        [TensorSpec("blk.0.attn_q.weight", (256, 40), 2), TensorSpec("blk.0.ffn_up.weight", (256, 64), 3)],
+    )
+    header = read_header(path)
+    q4_0, q4_1 = 40 * 256 // 32 * 18, 64 * 256 // 32 * 20
+    # CPU_REPACK: the Q4_0 matrix (40 rows, a multiple of 8); Q4_1 is never repacked.
+    assert predict_memory(header, context=512, n_gpu_layers=0).ram_reclaimable == q4_0
+    # AMX: the Q4_1 matrix (64 rows) is packed; the Q4_0 one (40 rows) still goes to CPU_REPACK.
+    assert predict_memory(header, context=512, n_gpu_layers=0, amx=True).ram_reclaimable == q4_0 + q4_1
+
+
+def test_the_amx_weight_buffer_is_system_memory() -> None:
+    log = (
+        "load_tensors:          AMX model buffer size =    77.81 MiB\n"
+        "load_tensors:   CPU_Mapped model buffer size =    92.10 MiB\n"
+    )
+    sizes = parse_buffer_sizes(log)
+    assert sizes["ram"] == sizes["weights"] == round(77.81 * MIB) + round(92.10 * MIB)
+    assert sizes["gpu"] == 0
+
+
 def test_prediction_summary() -> None:
     predicted = {"weights": 600 * MIB, "kv": 300 * MIB, "compute": 130 * MIB, "gpu_total": 1300 * MIB}
     measured = {"weights": 600 * MIB, "kv": 300 * MIB, "compute": 100 * MIB}
@@ -446,8 +492,14 @@ def measure(
 
 
 def assert_close(path: Path, **load: object) -> None:
-    predicted = predict_memory(read_header(path), n_gpu_layers=0, **load).as_dict()  # type: ignore[arg-type]
     measured = measure(path, **load)  # type: ignore[arg-type]
+    # With AMX kernels (a Xeon with AMX) llama.cpp keeps packed copies of the weights: predicted as such.
+    predicted = predict_memory(
+        read_header(path),
+        n_gpu_layers=0,
+        amx=amx_kernels(),
+        **load,  # type: ignore[arg-type]
+    ).as_dict()
     for key in ("weights", "kv", "compute"):
         # P7 allows 5% or 150 MiB; on models of 100–500 MiB the 150 MiB would pass anything, so each part is
         # held to 2% (+1 MiB for llama.cpp's rounding of its log lines to 0.01 MiB).
@@ -466,14 +518,12 @@ def assert_close(path: Path, **load: object) -> None:
     ],
 )
 def test_starter_prediction_matches_llama_cpp(real_models: dict[str, Path], load: dict[str, object]) -> None:
-    skip_with_amx_kernels()
     assert_close(real_models["SmolLM2 Q4_1"], **load)
 
 
 @pytest.mark.model
 @pytest.mark.parametrize("quant", list(DERIVED))
 def test_requantized_prediction_matches_llama_cpp(real_models: dict[str, Path], quant: str) -> None:
-    skip_with_amx_kernels()
     assert_close(real_models[f"SmolLM2 {quant}"], context=4096)
 
 
@@ -486,7 +536,6 @@ def test_requantized_prediction_matches_llama_cpp(real_models: dict[str, Path], 
     ],
 )
 def test_gemma3_prediction_matches_llama_cpp(gemma_model: Path, load: dict[str, object]) -> None:
-    skip_with_amx_kernels()
     assert_close(gemma_model, **load)
 
 

@@ -27,7 +27,6 @@ from tests.helpers.model_shapes import (
     dry_run,
     hardware,
     r1_distill_qwen_7b_file,
-    skip_with_amx_kernels,
 )
 
 # Q8_0 stores 32 weights in 34 bytes; norms and the router are F32 (4 bytes).
@@ -186,7 +185,6 @@ def test_dense_models_have_no_experts_placement(qwen: ModelProfile) -> None:
 def test_deepseek_shapes_match_llama_cpp_dry_run(
     tmp_path: Path, shape: str, load: dict[str, object], low: float, high: float
 ) -> None:
-    skip_with_amx_kernels()
     """llama-cpp-python 0.3.36 sizes these files itself (no_alloc): the KV cache exactly (MLA: K only), the
     compute buffer within the stated band and bar P7."""
     if importlib.util.find_spec("llama_cpp") is None:
