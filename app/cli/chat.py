@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
@@ -18,6 +18,8 @@ from app.cli.engine import chat_engine
 from app.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, report
 from app.core import Core
 from app.documents.library import DocumentLibrary
+from app.errors import HearthError
+from app.images.prepare import image_format, prepare_image
 
 
 def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
@@ -50,7 +52,8 @@ def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
         type=Path,
         action="append",
         default=[],
-        help="attach a file (PDF, DOCX, XLSX, CSV, PPTX, HTML, Markdown, text, code, EPUB); repeatable",
+        help="attach a file (PDF, DOCX, XLSX, CSV, PPTX, HTML, Markdown, text, code, EPUB); repeatable. "
+        "Images are checked, then refused: no model Hearth runs can see them yet",
     )
     chat.add_argument(
         "--docs", metavar="NAME", action="append", default=[], help="answer from this collection; repeatable"
@@ -107,6 +110,8 @@ class StreamToStdout(TurnCallbacks):
 
 
 def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    # Images are refused before any file is stored: no model Hearth runs takes them yet.
+    _refuse_images(core, args.model, args.attach)
     documents = core.documents()
     try:
         # Every file is checked and stored before anything is sent: a bad one is an error and no turn.
@@ -116,6 +121,33 @@ def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return _chat(core, args, out, err, documents, TurnDocuments(attached, tuple(args.docs)))
     finally:
         documents.close()
+
+
+def _refuse_images(core: Core, model: str, paths: Sequence[Path]) -> None:
+    """An attached image is checked as an image (a corrupt one or a decompression bomb is named as such),
+    then refused with the reason: the model cannot see it."""
+    images = []
+    for path in paths:
+        try:
+            with path.open("rb") as fh:
+                head = fh.read(16)
+        except OSError:
+            continue  # the document check says what is wrong with the path
+        if image_format(head) is not None:
+            prepare_image(path.read_bytes(), path.name)
+            images.append(path.name)
+    if not images:
+        return
+    from app.remote.registry import ServerRegistry
+
+    named = ", ".join(images)
+    if ServerRegistry(core.paths.home).resolve(model) is not None:
+        raise HearthError(f"{model} is a server model; Hearth does not send it images ({named}) yet.")
+    core.library.get(model)  # an unknown model is named as that first
+    raise HearthError(
+        f"{model} can't see images ({named}): it is a text-only model, and Hearth does not run vision "
+        "models (a GGUF model with its mmproj projector) yet. Attach documents or text instead."
+    )
 
 
 def _chat(

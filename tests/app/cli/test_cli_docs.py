@@ -14,6 +14,7 @@ import pytest
 from app.cli.main import main
 from app.paths import resolve_home
 from app.settings import Settings, save_settings
+from tests.helpers.images import png_claiming
 
 MODEL = "SmolLM2-135M-Instruct-Q4_1"
 GREEDY = ("--temperature", "0", "--seed", "1", "--max-tokens", "8")
@@ -76,6 +77,49 @@ def test_a_bad_attachment_is_one_line_and_nothing_is_stored(
     code, out, _ = run("conversations", "list", "--json")
     assert json.loads(out)["conversations"] == []
     assert stored_files() == []
+
+
+def _jpeg(size: tuple[int, int]) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.effect_noise(size, 64).convert("RGB").save(out, format="JPEG")
+    return out.getvalue()
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        pytest.param(
+            lambda: _jpeg((64, 48)),
+            rf"{MODEL} can't see images \(photo\.jpg\): it is a text-only",
+            id="photo",
+        ),
+        pytest.param(lambda: _jpeg((640, 480))[:3000], r"photo\.jpg is corrupt or truncated", id="truncated"),
+        pytest.param(
+            lambda: png_claiming(100_000, 100_000), r"photo\.jpg claims more than .* pixels", id="bomb"
+        ),
+    ],
+)
+def test_an_image_is_refused_for_a_text_only_model_before_anything_is_stored(
+    tmp_path: Path, content: Any, why: str
+) -> None:
+    photo = tmp_path / "photo.jpg"
+    photo.write_bytes(content())
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n\nA document attached beside it.\n", encoding="utf-8")
+    code, out, err = run(
+        "chat", "--model", MODEL, "--attach", str(notes), "--attach", str(photo), "What is this?"
+    )
+    assert code == 3 and out == ""
+    assert err.count("\n") == 1 and re.search(why, err), err
+    code, out, _ = run("conversations", "list", "--json")
+    assert json.loads(out)["conversations"] == []
+    assert stored_files() == []
+    # A model that does not exist is named as that, not as blind.
+    code, _, err = run("chat", "--model", "no-such-model", "--attach", str(photo), "What is this?")
+    assert code == 3 and ("No installed model is named" in err or "pixels" in err or "truncated" in err), err
 
 
 @pytest.mark.model

@@ -1,0 +1,1 @@
+"""Images attached to messages, prepared for vision models (app.images.prepare)."""
