@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import importlib.util
 import logging
 import multiprocessing
@@ -126,6 +127,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     # in CI, failed) without it, whichever fixtures it takes.
     if item.get_closest_marker("model") is not None:
         _require_starter_model()
+
+
+@pytest.fixture(autouse=True)
+def _garbage_collected_on_the_main_thread() -> Iterator[None]:
+    """No automatic collection during a test, one collection after it on the main thread: a worker thread
+    that happened to run the collector could free an earlier test's window there and deadlock with the GUI
+    thread (app.qt.gui_gc says how, and does the same for the app)."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect()
+        gc.enable()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.errors import HearthError
 from app.paths import HearthPaths
+from app.qt.gui_gc import GuiThreadGarbageCollector
 from app.qt.services import AppServices
 from app.qt.single_instance import SingleInstance
 from ui.assets import app_icon
@@ -98,9 +99,11 @@ def run_gui(paths: HearthPaths, *, smoke_test: bool = False, argv: list[str] | N
     if instance is None:
         # The window already open for this data directory was asked to come to the front.
         return 0
+    collector = GuiThreadGarbageCollector(app)
     try:
         return _run_window(app, paths, instance, smoke_test=smoke_test)
     finally:
+        collector.stop()
         instance.release()
 
 
