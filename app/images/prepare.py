@@ -71,14 +71,18 @@ _SIGNATURES: Final = (
     (b"\xff\xd8\xff", "JPEG"),
     (b"GIF87a", "GIF"),
     (b"GIF89a", "GIF"),
-    (b"BM", "BMP"),
 )
+# "BM" alone starts plenty of text ("BMW …"): a bitmap also has one of the DIB header sizes at byte 14.
+_BMP_HEADER_SIZES: Final = frozenset({12, 40, 52, 56, 64, 108, 124})
+HEAD_BYTES: Final = 32
 
 
 def image_format(head: bytes) -> str | None:
-    """The accepted format whose signature `head` (a file's first 16 bytes or more) starts with."""
+    """The accepted format whose signature `head` (a file's first HEAD_BYTES bytes) starts with."""
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "WEBP"
+    if head[:2] == b"BM" and len(head) >= 18:
+        return "BMP" if int.from_bytes(head[14:18], "little") in _BMP_HEADER_SIZES else None
     return next((fmt for signature, fmt in _SIGNATURES if head.startswith(signature)), None)
 
 

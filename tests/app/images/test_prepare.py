@@ -10,6 +10,7 @@ from PIL import Image
 
 from app.images.prepare import (
     DEFAULT_MAX_SIDE,
+    HEAD_BYTES,
     MAX_PIXELS,
     ImageError,
     image_format,
@@ -136,9 +137,20 @@ def test_an_unsupported_format_is_named() -> None:
 
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP", "GIF", "BMP"])
 def test_an_image_is_told_from_a_document_by_its_first_bytes(fmt: str) -> None:
-    assert image_format(encoded(Image.new("RGB", (8, 8), RED), fmt)[:16]) == fmt
+    assert image_format(encoded(Image.new("RGB", (8, 8), RED), fmt)[:HEAD_BYTES]) == fmt
 
 
-@pytest.mark.parametrize("head", [b"%PDF-1.7\n", b"PK\x03\x04", b"# Notes", b"RIFF\0\0\0\0WAVE", b""])
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"%PDF-1.7\n",
+        b"PK\x03\x04",
+        b"# Notes",
+        b"RIFF\0\0\0\0WAVE",
+        b"BMW service history, 2019-2024",
+        b"BM",
+        b"",
+    ],
+)
 def test_documents_and_other_files_are_not_taken_for_images(head: bytes) -> None:
     assert image_format(head) is None
