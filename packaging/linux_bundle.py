@@ -46,6 +46,9 @@ def _version_key(version: str) -> tuple[int, ...]:
 # which must not be older than what the system's own GL or input-method libraries load into the process.
 # A headless build machine may lack some of them (the xcb and Wayland helpers): they cannot be checked there.
 SYSTEM_LIBS = re.compile(
+    # Not the copies wheels vendor under a hash (auditwheel: pillow.libs/libxcb-9065bb12.so.1.1.0), which
+    # only their own package loads and the system's would not replace.
+    r"(?!.*-[0-9a-f]{8}\.so)"
     r"lib(X11|X11-xcb|Xau|Xdmcp|Xext|xcb(-[\w-]+)?|xkbcommon(-x11)?|fontconfig|freetype|glib-2\.0|"
     r"gthread-2\.0|gobject-2\.0|gio-2\.0|gmodule-2\.0|dbus-1|wayland-\w+|EGL|GL|GLX|GLdispatch|OpenGL|"
     r"stdc\+\+|gcc_s)\.so(\.\d+)*$"
