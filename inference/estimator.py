@@ -53,7 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from inference.gguf import GGML_TYPES, ArraySummary, GGUFHeader, check_hyperparameters
+from inference.gguf import GGML_TYPES, ArraySummary, GGUFHeader, GGUFTensorInfo, check_hyperparameters
 from inference.hardware import GpuInfo, HardwareReport
 from inference.tensor_overrides import EXPERT_TENSOR_PATTERN
 
@@ -324,19 +324,18 @@ def profile_model(header: GGUFHeader) -> ModelProfile:
     n_layers = header.block_count or 0
     notes: list[str] = []
     layer_bytes = [0] * n_layers
-    # Per layer, then one entry for the output: [copy bytes, source bytes] with CPU_REPACK, then with AMX.
-    copies = [[[0, 0], [0, 0]] for _ in range(n_layers + 1)]
+    # The tensors a CPU copy may be made of, with their slot: a layer, or n_layers for the output matrix.
+    copyable: list[tuple[int, GGUFTensorInfo]] = []
     expert_bytes = [0] * n_layers
     max_expert_tensor = 0
     input_bytes = output_bytes = 0
     token_embd_bytes = 0
     tied = True
     n_vocab = 0
-    token_embd_copies: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
+    token_embd: GGUFTensorInfo | None = None
     n_params = 0
     for tensor in header.tensors:
         n_params += math.prod(tensor.shape)
-        tensor_copies = _cpu_copies(tensor.ggml_type, tensor.shape, tensor.n_bytes)
         match = _BLOCK.match(tensor.name)
         slot = n_layers
         if match and int(match.group(1)) < n_layers:
@@ -349,7 +348,7 @@ def profile_model(header: GGUFHeader) -> ModelProfile:
             input_bytes += tensor.n_bytes
             if tensor.name == "token_embd.weight":
                 token_embd_bytes = tensor.n_bytes
-                token_embd_copies = tensor_copies
+                token_embd = tensor
                 n_vocab = tensor.shape[1] if len(tensor.shape) > 1 else 0
             # Only ever read row by row (get_rows), which no copy serves.
             continue
@@ -357,10 +356,12 @@ def profile_model(header: GGUFHeader) -> ModelProfile:
             output_bytes += tensor.n_bytes
             if tensor.name == "output.weight":
                 tied = False
-        _add_copies(copies[slot], tensor_copies)
-    if tied:
+        copyable.append((slot, tensor))
+    if tied and token_embd is not None:
         # The duplicated output matrix is placed like any matmul weight, so on the CPU it may be copied.
-        _add_copies(copies[n_layers], token_embd_copies)
+        copyable.append((n_layers, token_embd))
+    layer_copies, output_copies = _weight_copies(copyable, n_layers, amx=False)
+    layer_copies_amx, output_copies_amx = _weight_copies(copyable, n_layers, amx=True)
     n_embd = header.embedding_length or 0
     heads = header.head_count
     n_head = max(heads) if isinstance(heads, list) and heads else (heads if isinstance(heads, int) else 0)
@@ -380,12 +381,12 @@ def profile_model(header: GGUFHeader) -> ModelProfile:
         n_params=n_params,
         bits_per_weight=8 * total_bytes / n_params if n_params else 0.0,
         layer_bytes=tuple(layer_bytes),
-        layer_copies=_weight_copies(copies[:n_layers], 0),
-        layer_copies_amx=_weight_copies(copies[:n_layers], 1),
+        layer_copies=layer_copies,
+        layer_copies_amx=layer_copies_amx,
         input_bytes=input_bytes,
         output_bytes=output_bytes,
-        output_copies=_weight_copies(copies[n_layers:], 0),
-        output_copies_amx=_weight_copies(copies[n_layers:], 1),
+        output_copies=output_copies,
+        output_copies_amx=output_copies_amx,
         token_embd_bytes=token_embd_bytes,
         tied_output=tied,
         n_embd=n_embd,
@@ -995,28 +996,31 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _cpu_copies(
-    ggml_type: int, shape: tuple[int, ...], n_bytes: int
-) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(copy bytes, source bytes) of one tensor with CPU_REPACK kernels, then with AMX ones."""
-    matrix = len(shape) == 2
-    repacked = matrix and ggml_type in _REPACKED_TYPES and shape[1] % _REPACK_ROWS == 0
-    repack = (n_bytes, n_bytes) if repacked else (0, 0)
-    extra = _AMX_EXTRA_BYTES_PER_BLOCK.get(ggml_type)
-    if extra is None or not matrix or shape[1] % _AMX_ROWS:
-        return repack, repack
-    traits = GGML_TYPES[ggml_type]
-    return repack, (n_bytes + shape[1] * (shape[0] // traits.block_size) * extra, n_bytes)
+def _cpu_copy_bytes(tensor: GGUFTensorInfo, *, amx: bool) -> int:
+    """Bytes of the CPU's own copy of one tensor (0: it is used from the mapped file)."""
+    shape, ggml_type = tensor.shape, tensor.ggml_type
+    if len(shape) != 2:
+        return 0
+    extra = _AMX_EXTRA_BYTES_PER_BLOCK.get(ggml_type) if amx else None
+    if extra is not None and shape[1] % _AMX_ROWS == 0:
+        return tensor.n_bytes + shape[1] * (shape[0] // GGML_TYPES[ggml_type].block_size) * extra
+    if ggml_type in _REPACKED_TYPES and shape[1] % _REPACK_ROWS == 0:
+        return tensor.n_bytes
+    return 0
 
 
-def _add_copies(into: list[list[int]], tensor: tuple[tuple[int, int], tuple[int, int]]) -> None:
-    for kernels, (copy, source) in enumerate(tensor):
-        into[kernels][0] += copy
-        into[kernels][1] += source
-
-
-def _weight_copies(slots: Sequence[list[list[int]]], kernels: int) -> WeightCopies:
-    return WeightCopies(tuple(s[kernels][0] for s in slots), tuple(s[kernels][1] for s in slots))
+def _weight_copies(
+    copyable: Sequence[tuple[int, GGUFTensorInfo]], n_layers: int, *, amx: bool
+) -> tuple[WeightCopies, WeightCopies]:
+    """The copies of the layers' weights and of the output matrix, with or without AMX kernels."""
+    copies, sources = [0] * (n_layers + 1), [0] * (n_layers + 1)
+    for slot, tensor in copyable:
+        copy = _cpu_copy_bytes(tensor, amx=amx)
+        if copy:
+            copies[slot] += copy
+            sources[slot] += tensor.n_bytes
+    layers = WeightCopies(tuple(copies[:n_layers]), tuple(sources[:n_layers]))
+    return layers, WeightCopies((copies[n_layers],), (sources[n_layers],))
 
 
 def _attention_step_bytes(p: ModelProfile, cells: int, n_ubatch: int, flash_attn: bool) -> int:
