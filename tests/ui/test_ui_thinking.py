@@ -78,6 +78,26 @@ class _PaintCounter(QObject):
         return False
 
 
+class _ThinkingPaints(QObject):
+    """The Thinking label of every live-thinking reply, at each repaint of the transcript; and whether
+    any of them had its reasoning rendered (it must not be, collapsed)."""
+
+    def __init__(self, transcript: Transcript) -> None:
+        super().__init__(transcript)
+        self.transcript = transcript
+        self.labels: list[str] = []
+        self.rendered = False
+        transcript.viewport().installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Paint:
+            for row in self.transcript.rows():
+                if row.thinking_live:
+                    self.labels.append(row.thinking_label(0.0))
+                    self.rendered = self.rendered or row.expanded or row.thinking is not None
+        return False
+
+
 def _label(transcript: Transcript, message_id: int) -> QImage:
     rect = transcript.thinking_rect(message_id)
     return transcript.viewport().grab(rect).toImage()
@@ -272,20 +292,19 @@ def test_a_reasoning_model_thinks_in_a_collapsed_section_of_the_real_window(
     session = gui.open(thinker_home)
     window = session.window
     window.modelPicker.setCurrentIndex(window.modelPicker.findData("thinker"))
-    QTest.keyClicks(window.composer, "What is 2+2?")
+    # What the user saw while the model thought, caught at every repaint: on a fast CPU a short reply
+    # can stream and finish between two polls, so polling for the live state would race the model.
+    seen_while_thinking = _ThinkingPaints(window.transcript)
+    # A reply long enough to stream over many flush ticks.
+    QTest.keyClicks(window.composer, "Write a long poem about the sea.")
     click(window.sendButton)
-
-    def thinking_row() -> bool:
-        replies = rows(window, "assistant")
-        return bool(replies) and replies[0].thinking_live
-
-    qtbot.waitUntil(thinking_row, timeout=REPLY_TIMEOUT_MS)
-    (reply,) = rows(window, "assistant")
-    assert not reply.expanded and reply.thinking is None
-    assert reply.thinking_label(0.0).startswith("▸ Thinking… ")
+    qtbot.waitUntil(lambda: bool(rows(window, "assistant")), timeout=REPLY_TIMEOUT_MS)
     qtbot.waitUntil(
         lambda: window.sendButton.isEnabled() and not window.stopButton.isEnabled(), timeout=REPLY_TIMEOUT_MS
     )
+    assert seen_while_thinking.labels, "the reply was never painted while the model was thinking"
+    assert all(label.startswith("▸ Thinking… ") for label in seen_while_thinking.labels)
+    assert not seen_while_thinking.rendered, "collapsed reasoning was rendered while it streamed"
     (reply,) = rows(window, "assistant")
     stored = session.services.store.get_message(reply.message_id)
     assert stored.reasoning and stored.content == ""
