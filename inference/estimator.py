@@ -223,6 +223,9 @@ class ModelProfile:
     max_expert_tensor_bytes: int
     n_expert: int
     n_expert_used: int
+    # A vision model's multimodal projector: loaded beside the weights, on the GPU whenever the model uses one
+    # (mtmd's use_gpu follows the model's placement in Hearth's runner).
+    projector_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -407,6 +410,11 @@ def profile_model(header: GGUFHeader) -> ModelProfile:
     )
 
 
+def with_projector(profile: ModelProfile, projector_bytes: int) -> ModelProfile:
+    """The profile of the model loaded together with a multimodal projector of `projector_bytes`."""
+    return replace(profile, projector_bytes=projector_bytes) if projector_bytes else profile
+
+
 def combine_split_headers(shards: Sequence[GGUFHeader]) -> GGUFHeader:
     """One header for a model split across files (`…-00001-of-00003.gguf`): metadata from the first shard
     (the others carry only `split.*` keys), the tensor tables of all of them, the sizes added up. Tensor
@@ -476,6 +484,10 @@ def predict_memory(
         copied, copied_from = copied + output_copied, copied_from + output_copied_from
     ram_weights = p.input_bytes + sum(p.layer_bytes[:first_gpu]) + (0 if full else p.output_bytes) + copied
     ram_weights += host_experts
+    if uses_cuda:
+        gpu_weights += p.projector_bytes
+    else:
+        ram_weights += p.projector_bytes
 
     output_step = n_ubatch * (p.n_vocab + 3 * p.n_embd) * _F32
     attention_step = _attention_step_bytes(p, widest, n_ubatch, flash_attn)
@@ -663,15 +675,20 @@ def recommend(
     context: int,
     swa_full: bool = True,
     gpu_offload: bool = True,
+    projector_bytes: Sequence[int] | None = None,
 ) -> Recommendation:
     """Pick one file by performance.md's policy: the best of Q8_0 > Q6_K > Q5_K_M > Q4_K_M that fits fully
     (on the GPU, or in RAM on a machine without one) at `context`; then the same with a q8_0 KV cache; then
     with the context reduced (not below the smaller of `context` and MIN_RECOMMENDED_CONTEXT); only then
     files below Q4_K_M, with a warning at Q3 and below and never Q2 on a 7–8B model. When nothing fits
-    fully, partial offload of the fastest good file, saying how many layers and the expected speed."""
+    fully, partial offload of the fastest good file, saying how many layers and the expected speed.
+    `projector_bytes` (one per candidate): the vision projector each one is loaded with."""
     if not candidates:
         return Recommendation(None, None, "No GGUF files to choose from.", ())
-    profiles = [profile_model(header) for header in candidates]
+    extra = projector_bytes if projector_bytes is not None else [0] * len(candidates)
+    profiles = [
+        with_projector(profile_model(header), size) for header, size in zip(candidates, extra, strict=True)
+    ]
     floor = min(context, MIN_RECOMMENDED_CONTEXT)
     has_gpu = gpu_offload and _best_gpu(hardware) is not None
     goal = Fit.GPU if has_gpu else Fit.CPU

@@ -42,9 +42,18 @@ class StopReason(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class ImageInput:
+    """An image as a vision model is given it (app.images.prepare): upright RGB, PNG or JPEG bytes."""
+
+    mime_type: str  # "image/png" | "image/jpeg"
+    data: bytes
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     role: str  # "system" | "user" | "assistant"
     content: str
+    images: tuple[ImageInput, ...] = ()  # a user message's pictures, after its text
 
 
 @dataclass(frozen=True)

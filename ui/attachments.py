@@ -48,6 +48,7 @@ KIND_LABELS: dict[str, object] = {
     "text": QT_TRANSLATE_NOOP("Attachments", "Text"),
     "code": QT_TRANSLATE_NOOP("Attachments", "Code"),
     "epub": "EPUB",
+    "image": QT_TRANSLATE_NOOP("Attachments", "Image"),
 }
 
 
@@ -138,7 +139,9 @@ class AttachmentTray(QWidget):
         self.attachButton.setText(QCoreApplication.translate("Attachments", "Attach files…"))
         self.attachButton.setToolTip(
             QCoreApplication.translate(
-                "Attachments", "Attach documents to the next message (you can also drop or paste files)"
+                "Attachments",
+                "Attach documents, or images for a vision model on a server, to the next message (you can "
+                "also drop or paste files)",
             )
         )
         self._show_reading()

@@ -454,7 +454,7 @@ class LibraryPanel(QWidget):
             _item(badge),
             _item(context, align_right=True),
             _item(self._memory(estimate) if estimate is not None else "—"),
-            _item(fit.model.filename),
+            _item(self._filenames(fit)),
         ]
         if colour is not None:
             items[2].setForeground(QBrush(QColor(colour)))
@@ -467,8 +467,32 @@ class LibraryPanel(QWidget):
             for item in items:
                 item.setBackground(QBrush(QColor(theme.hit_bg)))
                 item.setFont(font)
+        if fit.model.projector is not None:
+            items[5].setToolTip(_tooltip(self._projector_note(fit)))
         for column, item in enumerate(items):
             table.setItem(row, column, item)
+
+    def _filenames(self, fit: FileFit) -> str:
+        projector = fit.model.projector
+        if projector is None:
+            return fit.model.filename
+        return self.tr("{model} + vision projector {projector}").format(
+            model=fit.model.filename, projector=projector.filename
+        )
+
+    def _projector_note(self, fit: FileFit) -> str:
+        projector, info = fit.model.projector, fit.projector
+        assert projector is not None
+        size = format_bytes(projector.size) if projector.size is not None else "?"
+        note = self.tr(
+            "A vision model: {file} ({size}) is downloaded, verified and counted in the fit with it."
+        )
+        note = note.format(file=projector.filename, size=size)
+        if info is not None and info.image_tokens:
+            note += " " + self.tr("Each image takes about {n} tokens of the context.").format(
+                n=f"{info.image_tokens:,}"
+            )
+        return note
 
     def _badge(self, fit: FileFit, theme: Theme) -> tuple[str, str | None]:
         """The fit badge's text and colour (None: the table's own)."""
@@ -541,7 +565,19 @@ class LibraryPanel(QWidget):
                 builtin = model.source == STARTER_SOURCE
                 source = _item(model.repo_id or (self.tr("built in") if builtin else model.source))
                 source.setToolTip(_tooltip(model.source))
-                table.setItem(row, 0, _item(model.name, model.name))
+                name = _item(
+                    self.tr("{name} · vision").format(name=model.name) if model.vision else model.name,
+                    model.name,
+                )
+                if model.projector is not None:
+                    name.setToolTip(
+                        _tooltip(
+                            self.tr("Can see images, with the projector {file}").format(
+                                file=model.projector.filename
+                            )
+                        )
+                    )
+                table.setItem(row, 0, name)
                 table.setItem(row, 1, _item(model.quantization or "?"))
                 table.setItem(row, 2, _item(format_bytes(model.total_size_bytes), align_right=True))
                 table.setItem(row, 3, source)

@@ -104,7 +104,17 @@ class ModelBar(QWidget):
         picker.blockSignals(True)
         picker.clear()
         for model in self._local_models:
-            picker.addItem(model.name, model.name)
+            if model.projector is None:
+                picker.addItem(model.name, model.name)
+                continue
+            picker.addItem(self.tr("{name} · vision").format(name=model.name), model.name)
+            picker.setItemData(
+                picker.count() - 1,
+                plain_tooltip(
+                    self.tr("Can see images, with the projector {file}").format(file=model.projector.filename)
+                ),
+                Qt.ItemDataRole.ToolTipRole,
+            )
         for listing in self._server_listings:
             if listing.error is not None:
                 reason = unavailable_text(listing.error_kind)

@@ -3,7 +3,8 @@ messages (the prompt's attachments, the reply's sources), for a local model and 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from app.conversations.records import Message
@@ -11,6 +12,11 @@ from app.conversations.store import PartInput
 from app.documents.context import AttachedText, DocumentContext, Passage, plan
 from app.documents.library import Attachment, DocumentLibrary
 from app.errors import HearthError
+from app.images.prepare import IMAGE_KIND
+from app.library.installed import ModelLibrary
+from inference.protocol import ImageInput
+
+log = logging.getLogger("hearth.chat")
 
 
 @dataclass(frozen=True)
@@ -24,12 +30,17 @@ class TurnDocuments:
     def empty(self) -> bool:
         return not self.attachments and not self.collections
 
+    @property
+    def images(self) -> tuple[Attachment, ...]:
+        return tuple(a for a in self.attachments if a.kind == IMAGE_KIND)
+
 
 @dataclass(frozen=True)
 class PreparedDocuments:
     context: DocumentContext
     prompt_parts: tuple[PartInput, ...]
     reply_parts: tuple[PartInput, ...]
+    images: tuple[ImageInput, ...] = ()  # the prompt's pictures, prepared for the model (only at Send)
 
     def prompt(self, question: str) -> str:
         return self.context.prompt(question)
@@ -44,15 +55,16 @@ def prepare(
     count_tokens: Callable[[str], int],
     search: bool = True,
 ) -> PreparedDocuments | None:
-    """The turn's documents planned into `budget_tokens`. `search` False: the plan the context meter shows
-    before Send, the same except that nothing is searched (see app.documents.context.plan)."""
+    """The turn's documents planned into `budget_tokens`, and its images prepared for a vision model.
+    `search` False: the plan the context meter shows before Send, the same except that nothing is searched
+    (see app.documents.context.plan) and no image is decoded."""
     if documents.empty:
         return None
     if library is None:
         raise HearthError(
             "Documents cannot be used here: this Hearth was started without its document store."
         )
-    texts = [library.attached_text(a.name, a.sha256) for a in documents.attachments]
+    texts = [library.attached_text(a.name, a.sha256) for a in documents.attachments if a.kind != IMAGE_KIND]
     found: list[Passage] = []
     for name in documents.collections if search else ():
         found += library.search_collection(name, question)
@@ -68,7 +80,9 @@ def prepare(
     )
     whole = {doc.sha256 for doc in context.whole}
     prompt_parts = tuple(
-        PartInput(
+        PartInput("attachment", a.name, a.sha256, a.mime_type, {"kind": IMAGE_KIND})
+        if a.kind == IMAGE_KIND
+        else PartInput(
             "attachment",
             a.name,
             a.sha256,
@@ -82,6 +96,7 @@ def prepare(
         )
         for a in documents.attachments
     )
+    images = tuple(library.image_input(a.name, a.sha256) for a in documents.images) if search else ()
     attached = {a.sha256 for a in documents.attachments}
     reply_parts = tuple(
         PartInput(
@@ -99,7 +114,7 @@ def prepare(
         )
         for p in context.passages
     )
-    return PreparedDocuments(context, prompt_parts, reply_parts)
+    return PreparedDocuments(context, prompt_parts, reply_parts, images)
 
 
 def prompt_attachments(message: Message) -> tuple[Attachment, ...]:
@@ -117,6 +132,41 @@ def prompt_attachments(message: Message) -> tuple[Attachment, ...]:
         for part in message.attachments
         if part.file_sha256
     )
+
+
+def images_of(message: Message, library: DocumentLibrary | None) -> tuple[ImageInput, ...]:
+    """The pictures an earlier prompt was sent with, prepared again: a follow-up question is often about
+    them. An image whose file is gone is left out rather than failing the turn."""
+    if library is None:
+        return ()
+    found: list[ImageInput] = []
+    for part in message.attachments:
+        if part.meta.get("kind") != IMAGE_KIND or not part.file_sha256:
+            continue
+        try:
+            found.append(library.image_input(part.name or "image", part.file_sha256))
+        except HearthError as exc:
+            log.info("an earlier image is left out of the prompt: %s", exc)
+    return tuple(found)
+
+
+def local_image_refusal(library: ModelLibrary, model_name: str, names: Sequence[str]) -> str:
+    """Why images cannot go to an installed model, naming the models that could see them."""
+    named = ", ".join(names)
+    installed = library.get(model_name)  # an unknown model is named as that first
+    if installed.vision:
+        return (
+            f"{model_name} is a vision model, but Hearth does not send images ({named}) to local models yet; "
+            "a vision model on a server can see them."
+        )
+    seeing = [m.name for m in library.list_models() if m.vision]
+    which = (
+        f"installed models that can see: {', '.join(seeing)}"
+        if seeing
+        else "send them to a vision model on a server, or import one with its projector (`hearth models "
+        "import MODEL.gguf --mmproj FILE`)"
+    )
+    return f"{model_name} can't see images ({named}): it is a text-only model ({which})."
 
 
 def as_the_model_read_it(message: Message, library: DocumentLibrary | None) -> str:

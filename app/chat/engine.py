@@ -18,6 +18,8 @@ from app.chat.documents import (
     TurnDocuments,
     as_the_model_read_it,
     budget,
+    images_of,
+    local_image_refusal,
     prepare,
 )
 from app.chat.reasoning import DEFAULT_MARKERS, ReasoningMarkers, ReplyText, Split, markers_for_template
@@ -196,12 +198,16 @@ def _memory_note(planned: LoadPlan, loaded: LoadPlan) -> str:
 
 
 def history_for_prompt(
-    messages: list[Message], documents: DocumentLibrary | None = None
+    messages: list[Message], documents: DocumentLibrary | None = None, *, with_images: bool = False
 ) -> list[ChatMessage]:
     """Earlier turns as the model should see them: failed replies with no text are left out, and a prompt's
-    attachments that went in whole go in again."""
+    attachments that went in whole go in again, with its images when the model can see (`with_images`)."""
     return [
-        ChatMessage(m.role, as_the_model_read_it(m, documents) if m.role == "user" else m.content)
+        ChatMessage(
+            m.role,
+            as_the_model_read_it(m, documents) if m.role == "user" else m.content,
+            images_of(m, documents) if with_images and m.role == "user" else (),
+        )
         for m in messages
         if m.role in ("system", "user", "assistant") and (m.content or m.role == "user")
     ]
@@ -637,6 +643,11 @@ class ChatEngine:
         with the documents it comes with."""
         self._save_unsaved()
         target = self.remote_target(model_name)
+        if target is None and documents.images:
+            # Before anything is stored or loaded: the prompt stays with the caller.
+            raise HearthError(
+                local_image_refusal(self.library, model_name, [a.name for a in documents.images])
+            )
         if target is not None:
             return self._reply_remote(
                 target,
@@ -814,7 +825,8 @@ class ChatEngine:
         resolved = self.generation_settings(conversation, model_name)
         sampling = sampling or resolved.sampling
         system = system_prompt if system_prompt is not None else resolved.system_prompt
-        listed = self._prompt_messages(system, path, prompt)
+        # A server's model may see: earlier prompts' images go again (the server says if it cannot).
+        listed = self._prompt_messages(system, path, prompt, with_images=True)
         prepared = None
         if prompt is not None and not documents.empty:
             # Asked only for documents: a turn without them has nothing to plan (the server keeps the rest).
@@ -822,6 +834,8 @@ class ChatEngine:
             prepared = self._plan_remote_documents(
                 listed, prompt, documents, context.tokens, sampling.max_tokens, search=True
             )
+            if prepared is not None and prepared.images:
+                listed[-1] = dataclasses.replace(listed[-1], images=prepared.images)
         messages = tuple(listed)
         self._remote_server = server
         callbacks.model_status(self.status())
@@ -857,12 +871,19 @@ class ChatEngine:
             stream.close()
 
     def _prompt_messages(
-        self, system: str | None, path: list[Message], prompt: str | None, *, with_documents: bool = True
+        self,
+        system: str | None,
+        path: list[Message],
+        prompt: str | None,
+        *,
+        with_documents: bool = True,
+        with_images: bool = False,
     ) -> list[ChatMessage]:
         """Without documents: earlier prompts without the files that go in again (what they cost is the
-        difference)."""
+        difference). With images: earlier prompts' pictures, for a model that may see them."""
         messages = [ChatMessage("system", system)] if system else []
-        messages += history_for_prompt(path, self.documents if with_documents else None)
+        documents = self.documents if with_documents else None
+        messages += history_for_prompt(path, documents, with_images=with_images)
         if prompt is not None:
             messages.append(ChatMessage("user", prompt))
         return messages

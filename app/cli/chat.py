@@ -11,7 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from app.chat.documents import TurnDocuments
+from app.chat.documents import TurnDocuments, local_image_refusal
 from app.chat.engine import TurnCallbacks
 from app.cli.arguments import Subcommands
 from app.cli.engine import chat_engine
@@ -52,8 +52,8 @@ def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
         type=Path,
         action="append",
         default=[],
-        help="attach a file (PDF, DOCX, XLSX, CSV, PPTX, HTML, Markdown, text, code, EPUB); repeatable. "
-        "Images are checked, then refused: no model Hearth runs can see them yet",
+        help="attach a file (PDF, DOCX, XLSX, CSV, PPTX, HTML, Markdown, text, code, EPUB) or an image (PNG, "
+        "JPEG, WebP, GIF, BMP: for a vision model on a server); repeatable",
     )
     chat.add_argument(
         "--docs", metavar="NAME", action="append", default=[], help="answer from this collection; repeatable"
@@ -110,7 +110,7 @@ class StreamToStdout(TurnCallbacks):
 
 
 def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    # Images are refused before any file is stored: no model Hearth runs takes them yet.
+    # Images for an installed model are refused before any file is stored: Hearth gives them to servers only.
     _refuse_images(core, args.model, args.attach)
     documents = core.documents()
     try:
@@ -124,8 +124,13 @@ def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _refuse_images(core: Core, model: str, paths: Sequence[Path]) -> None:
-    """An attached image is checked as an image (a corrupt one or a decompression bomb is named as such),
-    then refused with the reason: the model cannot see it."""
+    """For an installed model, an attached image is checked as an image (a corrupt one or a decompression
+    bomb is named as such), then refused with the reason before any file is stored: Hearth does not give
+    local models images yet. A server's model is sent them (the documents store checks them the same way)."""
+    from app.remote.registry import ServerRegistry
+
+    if ServerRegistry(core.paths.home).resolve(model) is not None:
+        return
     images = []
     for path in paths:
         try:
@@ -136,18 +141,8 @@ def _refuse_images(core: Core, model: str, paths: Sequence[Path]) -> None:
         if image_format(head) is not None:
             prepare_image(path.read_bytes(), path.name)
             images.append(path.name)
-    if not images:
-        return
-    from app.remote.registry import ServerRegistry
-
-    named = ", ".join(images)
-    if ServerRegistry(core.paths.home).resolve(model) is not None:
-        raise HearthError(f"{model} is a server model; Hearth does not send it images ({named}) yet.")
-    core.library.get(model)  # an unknown model is named as that first
-    raise HearthError(
-        f"{model} can't see images ({named}): it is a text-only model, and Hearth does not run vision "
-        "models (a GGUF model with its mmproj projector) yet. Attach documents or text instead."
-    )
+    if images:
+        raise HearthError(local_image_refusal(core.library, model, images))
 
 
 def _chat(

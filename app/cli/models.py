@@ -31,6 +31,11 @@ def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     )
     models_import.add_argument("path", metavar="PATH")
     models_import.add_argument("--name")
+    models_import.add_argument(
+        "--mmproj",
+        metavar="PATH",
+        help="a vision model's multimodal projector (default: the mmproj*.gguf beside the model that fits)",
+    )
     models_search = models_sub.add_parser(
         "search", parents=[common], help="search the Hub for repositories with GGUF models"
     )
@@ -106,6 +111,17 @@ def _model_json(model: Any) -> dict[str, Any]:
         "context_length": model.context_length,
         "n_layers": model.n_layers,
         "last_load_error": model.last_load_error,
+        "vision": model.vision,
+        "projector": (
+            {
+                "filename": model.projector.filename,
+                "path": model.projector.path,
+                "size_bytes": model.projector.size_bytes,
+                "sha256": model.projector.sha256,
+            }
+            if model.projector is not None
+            else None
+        ),
     }
 
 
@@ -117,20 +133,28 @@ def _cmd_list(core: Core, args: argparse.Namespace, out: TextIO) -> int:
     if not models:
         out.write("No models installed. Import one with `hearth models import PATH`.\n")
     for m in models:
-        size = f"{m.size_bytes / 1024 / 1024:.0f} MiB"
-        out.write(f"{m.name}\t{m.quantization or '?'}\t{size}\t{m.sha256[:12]}\n")
+        size = f"{m.total_size_bytes / 1024 / 1024:.0f} MiB"
+        vision = "\tvision" if m.vision else ""
+        out.write(f"{m.name}\t{m.quantization or '?'}\t{size}\t{m.sha256[:12]}{vision}\n")
     return EXIT_OK
 
 
 def _cmd_import(core: Core, args: argparse.Namespace, out: TextIO) -> int:
-    installed_before = {m.name for m in core.library.list_models()}
-    model = core.library.import_file(Path(args.path), name=args.name)
-    if model.name in installed_before:
+    before = {m.name: m.projector for m in core.library.list_models()}
+    mmproj = Path(args.mmproj) if args.mmproj else None
+    model = core.library.import_file(Path(args.path), name=args.name, mmproj=mmproj)
+    projector = model.projector
+    gained = projector is not None and projector != before.get(model.name)
+    if model.name in before:
         # The library keeps one entry per file: importing it again copies nothing and renames nothing.
         ignored = f"; --name {args.name!r} was not applied" if args.name and args.name != model.name else ""
         out.write(f"{args.path} is already installed as {model.name} (sha256 {model.sha256}){ignored}\n")
-        return EXIT_OK
-    out.write(f"Imported {model.name} ({model.quantization or '?'}, sha256 {model.sha256})\n")
+    else:
+        out.write(f"Imported {model.name} ({model.quantization or '?'}, sha256 {model.sha256})\n")
+    if projector is not None and gained:
+        out.write(
+            f"with its vision projector {projector.filename} (sha256 {projector.sha256}): it can see images\n"
+        )
     return EXIT_OK
 
 
@@ -183,6 +207,19 @@ def _assess(core: Core, args: argparse.Namespace, hub: HubClient, listing: RepoL
     )
 
 
+def _projector_json(fit: FileFit) -> dict[str, Any] | None:
+    file, info = fit.model.projector, fit.projector
+    if file is None:
+        return None
+    return {
+        "filename": file.filename,
+        "size_bytes": file.size,
+        "sha256": file.sha256,
+        "projector_type": info.projector_type if info else None,
+        "image_tokens": info.image_tokens if info else None,
+    }
+
+
 def _fit_json(fit: FileFit) -> dict[str, Any]:
     model, estimate = fit.model, fit.estimate
     return {
@@ -203,6 +240,8 @@ def _fit_json(fit: FileFit) -> dict[str, Any]:
         "notes": list(estimate.notes) if estimate else [],
         "recommended": fit.recommended,
         "error": fit.error,
+        "vision": model.projector is not None,
+        "projector": _projector_json(fit),
     }
 
 
@@ -261,6 +300,8 @@ def _cmd_files(core: Core, args: argparse.Namespace, out: TextIO) -> int:
             f"{row['quantization'] or '?'}\t{size}\t{sha}\t{e.verdict}\t{e.n_gpu_layers}/{e.n_layers} layers"
             f"\t{memory}\tmax context {e.max_context}\t{row['filename']}{mark}\n"
         )
+        if row["projector"] is not None:
+            out.write(f"\t+ {_projector_line(row['projector'])}\n")
     if recommendation is not None:
         out.write(f"Recommendation: {recommendation.reason}\n")
         for warning in recommendation.warnings:
@@ -268,6 +309,13 @@ def _cmd_files(core: Core, args: argparse.Namespace, out: TextIO) -> int:
     for name, why in listing.rejected:
         out.write(f"Skipped {name}: {why}\n")
     return EXIT_OK
+
+
+def _projector_line(projector: dict[str, Any]) -> str:
+    size = _mib(projector["size_bytes"]) if projector["size_bytes"] is not None else "?"
+    tokens = projector["image_tokens"]
+    per_image = f", about {tokens} tokens of context per image" if tokens else ""
+    return f"vision projector {projector['filename']} ({size}, counted in the fit{per_image})"
 
 
 def _choose(core: Core, args: argparse.Namespace, hub: HubClient, listing: RepoListing) -> RemoteModel:

@@ -29,12 +29,23 @@ from app.documents.extract import extract, extract_bytes
 from app.documents.index import ChunkIndex, ChunkInput
 from app.documents.model import DocumentError, ExtractedDocument, Section
 from app.errors import HearthError
+from app.images.prepare import DEFAULT_MAX_SIDE, HEAD_BYTES, IMAGE_KIND, image_format, prepare_image
 from app.library.installed import sha256_file
 from app.storage.db import Database
 from app.storage.orm import DocumentTextRow
 from app.storage.stored_files import record_file
+from inference.protocol import ImageInput
 
 log = logging.getLogger("hearth.documents")
+
+
+def _is_image(path: Path) -> bool:
+    try:
+        with path.open("rb") as file:
+            return image_format(file.read(HEAD_BYTES)) is not None
+    except OSError:
+        return False  # the document check names what is wrong with the path
+
 
 # Passages searched per question before the best are kept: the fused ranking needs candidates to fuse.
 SEARCH_LIMIT: Final = 8
@@ -107,7 +118,11 @@ class DocumentLibrary:
 
     def attach(self, path: Path) -> Attachment:
         """Check, extract and store a file for a message. Raises DocumentError / HearthError with one line
-        naming the file; nothing is stored then. The extracted text is kept, so sending never extracts."""
+        naming the file; nothing is stored then. The extracted text is kept, so sending never extracts.
+        An image (by its first bytes, whatever its name) is decoded in full once, so a corrupt one is
+        refused here, and stored as it is: a model is given it prepared (image_input) at each send."""
+        if _is_image(path):
+            return self._attach_image(path)
         document = extract(path)
         # Pinned until the message is sent (ConversationStore.begin_turn), so deleting another conversation
         # meanwhile cannot release it.
@@ -125,6 +140,29 @@ class DocumentLibrary:
             document.pages,
             document.chars,
         )
+
+    def _attach_image(self, path: Path) -> Attachment:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+        prepared = prepare_image(data, path.name)
+        stored = self.files.put_bytes(data, path.name, pin=True)
+        with self._db.session() as session:
+            record_file(session, stored.sha256, stored.size_bytes, prepared.original.mime_type)
+        return Attachment(
+            path.name, stored.sha256, prepared.original.mime_type, stored.size_bytes, IMAGE_KIND, None, 0
+        )
+
+    def image_input(self, name: str, sha256: str, *, max_side: int = DEFAULT_MAX_SIDE) -> ImageInput:
+        """A stored image as a vision model is given it: upright, RGB, at most `max_side` on its long side."""
+        try:
+            data = self.files.path(sha256).read_bytes()
+        except FileNotFoundError:
+            missing = f"The attached image {name or sha256[:12]} is missing; attach it again."
+            raise HearthError(missing) from None
+        prepared = prepare_image(data, name or sha256[:12], max_side=max_side)
+        return ImageInput(prepared.mime_type, prepared.data)
 
     def attached_text(self, name: str, sha256: str) -> AttachedText:
         return AttachedText(name, sha256, self._document(sha256, name).text)

@@ -27,6 +27,8 @@ ACCEPTED_FORMATS: Final = {
     "GIF": "image/gif",
     "BMP": "image/bmp",
 }
+# An attachment's kind (app.documents.library.Attachment.kind) when it is an image rather than a document.
+IMAGE_KIND: Final = "image"
 # The long side a model is given by default (a setting): larger photos are scaled down, never up.
 DEFAULT_MAX_SIDE: Final = 2048
 # What a real photo may have: 108-megapixel phone cameras (12,000 × 9,000) pass, a decompression bomb

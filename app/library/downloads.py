@@ -13,7 +13,8 @@ uses huggingface_hub only for metadata and its HTTP session:
 - stalls (no byte for `stall_timeout_s`) and dropped connections are retried with backoff, resuming;
 - the finished file is fsynced and renamed into place atomically; every part of a split model has its
   header validated as soon as it is in place (llama.cpp opens parts 2..N itself, so each one is checked),
-  and only a model whose every part passed is registered in the library.
+  and only a model whose every part passed is registered in the library; a vision model's projector is
+  downloaded the same way after the model and checked against it before anything is registered.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import shutil
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -45,6 +46,7 @@ from app.library.hub import (
     HubError,
     HubRateLimited,
     HubUnreachable,
+    RemoteFile,
     RemoteModel,
     RepoListing,
     check_repo_filename,
@@ -57,6 +59,7 @@ from app.library.installed import (
     ModelPart,
     check_model_name,
     check_model_part,
+    check_projector,
 )
 
 log = logging.getLogger("hearth.downloads")
@@ -306,7 +309,8 @@ class Downloader:
         control: DownloadControl | None = None,
         progress: ProgressCallback | None = None,
     ) -> InstalledModel:
-        """Download (or resume) `model` at the listing's commit, verify it and register it.
+        """Download (or resume) `model` at the listing's commit, verify it and register it; a vision
+        model's projector is downloaded, verified and checked against the model with it.
 
         Returns the installed model; an identical model already installed is returned without a download.
         Raises DownloadPaused / DownloadCancelled when asked to stop (a pause keeps the partial file, a
@@ -314,7 +318,8 @@ class Downloader:
         the Hub refused, and HearthError for the rest (disk full, connection lost: partial file kept).
         """
         control = control or DownloadControl()
-        parts = self._checked_parts(listing, model)
+        parts = self._checked_parts(listing, model.parts)
+        projector = self._checked_parts(listing, (model.projector,))[0] if model.projector else None
         existing = self._library.find_hub_file(listing.repo_id, model.filename)
         if existing is not None:
             installed_shas = [p.sha256 for p in existing.parts] or [existing.sha256]
@@ -328,24 +333,40 @@ class Downloader:
             )
         name = self._available_name(name, listing.repo_id, model)
         targets = [local_path(self.models_dir, listing.repo_id, p.filename) for p in parts]
-        self._check_free_space(parts, targets)
+        projector_target = (
+            local_path(self.models_dir, listing.repo_id, projector.filename) if projector else None
+        )
+        files = [*parts, *([projector] if projector else [])]
+        file_targets = [*targets, *([projector_target] if projector_target else [])]
+        self._check_free_space(files, file_targets)
 
-        total = sum(p.size for p in parts)
-        meter = _Meter(progress, total, len(parts))
+        meter = _Meter(progress, sum(p.size for p in files), len(files))
         done_before = 0
+        header = None
         for index, (part, target) in enumerate(zip(parts, targets, strict=True), start=1):
             meter.next_part(done_before)
             self._fetch(listing, part, target, index, control, meter)
             try:
                 # Before the next part is fetched: a hostile part 2 costs no download of parts 3..N.
-                check_model_part(target, index, len(parts))
+                checked = check_model_part(target, index, len(parts))
             except InvalidModelFile as exc:
                 self._delete(targets)
                 raise InvalidModelFile(
                     f"{listing.repo_id}: {exc} Its download was deleted and nothing was installed."
                 ) from exc
+            header = header or checked
             done_before += part.size
-        meter.update(parts[-1].filename, len(parts), parts[-1].size, force=True)
+        if projector is not None and projector_target is not None and header is not None:
+            meter.next_part(done_before)
+            self._fetch(listing, projector, projector_target, len(files), control, meter)
+            try:
+                check_projector(projector_target, header)
+            except InvalidModelFile as exc:
+                self._delete(targets + self._unshared([projector_target]))
+                raise InvalidModelFile(
+                    f"{listing.repo_id}: {exc} The download was deleted and nothing was installed."
+                ) from exc
+        meter.update(files[-1].filename, len(files), files[-1].size, force=True)
 
         model_parts = (
             tuple(ModelPart(p.filename, t, p.size, p.sha256) for p, t in zip(parts, targets, strict=True))
@@ -361,29 +382,40 @@ class Downloader:
                 revision=listing.commit,
                 filename=model.filename,
                 parts=model_parts,
+                projector=(
+                    ModelPart(projector.filename, projector_target, projector.size, projector.sha256)
+                    if projector is not None and projector_target is not None
+                    else None
+                ),
             )
         except InvalidModelFile:
             # The Hub vouched for these bytes, but they are not a model llama.cpp should be given.
-            self._delete(targets)
+            self._delete(targets + self._unshared([t for t in (projector_target,) if t is not None]))
             raise
-        for target in targets:
+        for target in file_targets:
             _sidecar(target, STATE_SUFFIX).unlink(missing_ok=True)
             _sidecar(target, LOCK_SUFFIX).unlink(missing_ok=True)
         return installed
 
     def discard(self, repo_id: str, model: RemoteModel) -> None:
         """Delete what a paused or failed download of `model` left behind (nothing installed is touched)."""
-        for part in model.parts:
+        for part in model.files:
             target = local_path(self.models_dir, repo_id, part.filename)
             with self._locked(target):
                 for suffix in (PART_SUFFIX, STATE_SUFFIX):
                     _sidecar(target, suffix).unlink(missing_ok=True)
-                if self._library.find_hub_file(repo_id, model.filename) is None:
+                if self._library.find_hub_file(repo_id, model.filename) is None and self._unshared([target]):
                     target.unlink(missing_ok=True)
 
-    def _checked_parts(self, listing: RepoListing, model: RemoteModel) -> list[_Part]:
+    def _unshared(self, projectors: list[Path]) -> list[Path]:
+        """Those of these projector files no installed model is loaded with (one repo's quantizations
+        share one projector: deleting it would break the others)."""
+        used = {m.projector.path for m in self._library.list_models() if m.projector is not None}
+        return [p for p in projectors if p not in used]
+
+    def _checked_parts(self, listing: RepoListing, files: Sequence[RemoteFile]) -> list[_Part]:
         parts: list[_Part] = []
-        for file in model.parts:
+        for file in files:
             if file.sha256 is None or file.size is None:
                 raise HubError(
                     f"The Hub gives no SHA-256 or size for {listing.repo_id}/{file.filename} at commit "

@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from importlib import metadata
 from pathlib import PurePosixPath
@@ -37,10 +37,16 @@ from huggingface_hub.errors import OfflineModeIsEnabled
 
 from app.errors import HearthError, InvalidModelFile
 from app.library.hub_token import TOKEN_NAME, check_token_text
-from app.library.installed import InstalledModel, split_part_problem, split_set_problem
+from app.library.installed import (
+    InstalledModel,
+    model_header_problem,
+    split_part_problem,
+    split_set_problem,
+)
 from app.secret_store import SecretResult, SecretStatus, SecretStore
 from inference.estimator import combine_split_headers
 from inference.gguf import GGUFError, GGUFHeader, parse_header
+from inference.projector import is_projector, is_projector_filename, projector_preference
 
 log = logging.getLogger("hearth.hub")
 
@@ -134,6 +140,9 @@ class RemoteModel:
     name: str  # the file name without folders, `.gguf` and the split suffix
     quantization: str | None  # from the file name; the header says for sure
     parts: tuple[RemoteFile, ...]
+    # The multimodal projector (`mmproj*.gguf`) this model is used with, when the repo has one: downloaded
+    # and verified with it, counted in its fit.
+    projector: RemoteFile | None = None
 
     @property
     def filename(self) -> str:
@@ -141,8 +150,14 @@ class RemoteModel:
 
     @property
     def size(self) -> int | None:
+        """The model's own files; the projector's size is `projector.size`."""
         sizes = [p.size for p in self.parts]
         return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
+
+    @property
+    def files(self) -> tuple[RemoteFile, ...]:
+        """Every file a download fetches: the parts, then the projector."""
+        return (*self.parts, self.projector) if self.projector is not None else self.parts
 
 
 @dataclass(frozen=True)
@@ -154,6 +169,7 @@ class RepoListing:
     license: str | None
     models: tuple[RemoteModel, ...]
     rejected: tuple[tuple[str, str], ...]  # (file name as listed, why it was skipped)
+    projectors: tuple[RemoteFile, ...] = ()  # every `mmproj*.gguf` in the repo, paired or not
 
 
 @dataclass(frozen=True)
@@ -306,20 +322,34 @@ def quant_label(filename: str) -> str | None:
     return str(matches[-1]).upper() if matches else None
 
 
+def pick_projector(model_filename: str, projectors: Sequence[RemoteFile]) -> RemoteFile | None:
+    """The projector a model is used with: one in the model's own folder if there is one (repos that keep
+    each model in a folder keep its projector there), else one at the top of the repo; of several, the
+    preferred type (projector_preference)."""
+    folder = PurePosixPath(model_filename).parent
+    for place in (folder, PurePosixPath(".")):
+        here = [p for p in projectors if PurePosixPath(p.filename).parent == place]
+        if here:
+            return min(here, key=lambda p: projector_preference(p.filename))
+    return None
+
+
 def group_gguf_files(
     files: Sequence[RemoteFile],
 ) -> tuple[tuple[RemoteModel, ...], tuple[tuple[str, str], ...]]:
     """GGUF models in a listing: split parts (`name-00001-of-00003.gguf`) become one model.
 
-    Vision projectors (`mmproj-*.gguf`) are not chat models and are left out. Returns the models and the
-    files skipped with the reason; file names must already have been checked.
+    Vision projectors (`mmproj*.gguf`) are not chat models: each model is paired with the projector it is
+    used with (pick_projector). Returns the models and the files skipped with the reason; file names must
+    already have been checked.
     """
     singles: list[RemoteModel] = []
     splits: dict[tuple[str, int], dict[int, RemoteFile]] = {}
     rejected: list[tuple[str, str]] = []
+    projectors = [f for f in files if is_projector_filename(f.filename)]
     for file in files:
         base = PurePosixPath(file.filename).name
-        if not base.lower().endswith(".gguf") or base.lower().startswith("mmproj"):
+        if not base.lower().endswith(".gguf") or is_projector_filename(file.filename):
             continue
         match = _SPLIT.match(file.filename)
         if match is None:
@@ -338,6 +368,8 @@ def group_gguf_files(
             continue
         ordered = tuple(parts[i] for i in range(1, count + 1))
         singles.append(RemoteModel(PurePosixPath(base_path).name, quant_label(ordered[0].filename), ordered))
+    if projectors:
+        singles = [replace(m, projector=pick_projector(m.filename, projectors)) for m in singles]
     singles.sort(key=lambda m: (m.size is None, m.size or 0, m.filename))
     return tuple(singles), tuple(rejected)
 
@@ -577,6 +609,7 @@ class HubClient:
             license=_license(info),
             models=models,
             rejected=(*rejected, *skipped),
+            projectors=tuple(f for f in files if is_projector_filename(f.filename)),
         )
 
     def read_header(self, listing: RepoListing, model: RemoteModel) -> GGUFHeader:
@@ -588,7 +621,7 @@ class HubClient:
         headers = [self._read_part_header(listing, part) for part in model.parts]
         # llama.cpp opens parts 2..N itself, trusting the first part's split keys: each part is checked.
         for index, (part, header) in enumerate(zip(model.parts, headers, strict=True), start=1):
-            problem = split_part_problem(header, index, len(headers))
+            problem = model_header_problem(header) or split_part_problem(header, index, len(headers))
             if problem is not None:
                 raise InvalidModelFile(
                     f"{listing.repo_id}/{part.filename} is not a usable GGUF model: {problem}."
@@ -601,6 +634,16 @@ class HubClient:
                 f"{listing.repo_id}/{model.filename} is not a usable split model: {problem}."
             )
         return combine_split_headers(headers)
+
+    def read_projector_header(self, listing: RepoListing, projector: RemoteFile) -> GGUFHeader:
+        """A projector's GGUF header, read with range requests; InvalidModelFile when it is not one."""
+        header = self._read_part_header(listing, projector)
+        if not is_projector(header):
+            raise InvalidModelFile(
+                f"{listing.repo_id}/{projector.filename} is named like a multimodal projector but is not one "
+                f"(its architecture is {header.architecture or 'missing'}, not clip)."
+            )
+        return header
 
     def read_headers(
         self, listing: RepoListing, models: Sequence[RemoteModel]

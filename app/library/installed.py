@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -25,6 +25,12 @@ from app.fsutil import fsync_directory
 from app.storage.db import Database
 from app.storage.orm import ModelRow
 from inference.gguf import GGUFError, GGUFHeader, read_header
+from inference.projector import (
+    is_projector,
+    is_projector_filename,
+    projector_preference,
+    projector_problem,
+)
 
 log = logging.getLogger("hearth.library")
 
@@ -84,14 +90,23 @@ class InstalledModel:
     # Every part of a split GGUF, the first included; empty for a single file. `path`, `sha256` and
     # `size_bytes` above describe the first part, the file llama.cpp is given.
     parts: tuple[ModelPart, ...] = ()
+    # A vision model's multimodal projector (revision 0007): checked against the model, hashed, verified
+    # with it. Several quantizations of one repo share one projector file.
+    projector: ModelPart | None = None
 
     @property
     def files(self) -> tuple[Path, ...]:
+        """The model's own files (the projector is `projector.path`)."""
         return tuple(p.path for p in self.parts) if self.parts else (self.path,)
 
     @property
     def total_size_bytes(self) -> int:
-        return sum(p.size_bytes for p in self.parts) if self.parts else self.size_bytes
+        own = sum(p.size_bytes for p in self.parts) if self.parts else self.size_bytes
+        return own + (self.projector.size_bytes if self.projector is not None else 0)
+
+    @property
+    def vision(self) -> bool:
+        return self.projector is not None
 
 
 def sha256_file(path: Path, progress: Progress | None = None) -> str:
@@ -134,6 +149,26 @@ def _parts_json(parts: tuple[ModelPart, ...]) -> str | None:
     return json.dumps([{"filename": p.filename, "size": p.size_bytes, "sha256": p.sha256} for p in parts])
 
 
+def _projector(row: ModelRow) -> ModelPart | None:
+    if not row.projector_json:
+        return None
+    data = json.loads(row.projector_json)
+    return ModelPart(data["filename"], Path(data["path"]), int(data["size"]), str(data["sha256"]))
+
+
+def _projector_json(projector: ModelPart | None) -> str | None:
+    if projector is None:
+        return None
+    return json.dumps(
+        {
+            "filename": projector.filename,
+            "path": str(projector.path),
+            "size": projector.size_bytes,
+            "sha256": projector.sha256,
+        }
+    )
+
+
 def _model(row: ModelRow) -> InstalledModel:
     return InstalledModel(
         id=row.id,
@@ -153,6 +188,7 @@ def _model(row: ModelRow) -> InstalledModel:
         revision=row.revision,
         filename=row.filename,
         parts=_parts(row),
+        projector=_projector(row),
     )
 
 
@@ -178,6 +214,16 @@ def _int_value(value: object) -> int | None:
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def model_header_problem(header: GGUFHeader) -> str | None:
+    """Why a valid GGUF file is not a model llama.cpp can chat with on its own, or None."""
+    if is_projector(header):
+        return (
+            "it is a multimodal projector (mmproj), not a model: give it together with its model "
+            "(`hearth models import MODEL.gguf --mmproj FILE`)"
+        )
+    return None
 
 
 def split_part_problem(header: GGUFHeader, index: int, count: int) -> str | None:
@@ -221,7 +267,7 @@ def _valid_header(path: Path, index: int = 1, count: int = 1) -> GGUFHeader:
         raise InvalidModelFile(f"{what} is not a usable GGUF model: {exc}.") from exc
     except OSError as exc:
         raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
-    problem = split_part_problem(header, index, count)
+    problem = model_header_problem(header) or split_part_problem(header, index, count)
     if problem is not None:
         raise InvalidModelFile(f"{what} is not a usable GGUF model: {problem}.")
     return header
@@ -244,6 +290,43 @@ def check_model_files(paths: Sequence[Path]) -> list[GGUFHeader]:
         if problem is not None:
             raise InvalidModelFile(f"{Path(paths[0]).name} and its other parts are not one model: {problem}.")
     return headers
+
+
+def check_projector(path: Path, model: GGUFHeader) -> GGUFHeader:
+    """Validate a multimodal projector for `model`: a readable GGUF file with a vision encoder, as wide as the
+    model. Raises InvalidModelFile (or HearthError when it cannot be read) with the reason."""
+    path = Path(path)
+    try:
+        header = read_header(path)
+    except GGUFError as exc:
+        raise InvalidModelFile(f"{path.name} is not a usable multimodal projector: {exc}.") from exc
+    except OSError as exc:
+        raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    problem = projector_problem(header, model)
+    if problem is not None:
+        raise InvalidModelFile(f"{path.name} cannot be used as this model's projector: {problem}.")
+    return header
+
+
+def projector_beside(source: Path, model: GGUFHeader) -> Path | None:
+    """The projector next to a model file that fits it (`mmproj*.gguf` in the same folder, as llama.cpp's
+    converter and every repo name them); of several that fit, F16 before BF16, Q8_0 and F32."""
+    try:
+        candidates = sorted(
+            p for p in source.parent.iterdir() if p.is_file() and is_projector_filename(p.name)
+        )
+    except OSError:
+        return None
+    fitting: list[Path] = []
+    for candidate in candidates:
+        try:
+            check_projector(candidate, model)
+        except HearthError as exc:
+            log.info("%s beside %s is not its projector: %s", candidate.name, source.name, exc)
+            continue
+        fitting.append(candidate)
+
+    return min(fitting, key=lambda p: projector_preference(p.name)) if fitting else None
 
 
 def _split_sources(source: Path) -> list[Path]:
@@ -327,20 +410,29 @@ class ModelLibrary:
             return _model(self._row(session, name))
 
     def import_file(
-        self, path: Path, *, name: str | None = None, progress: Progress | None = None
+        self,
+        path: Path,
+        *,
+        name: str | None = None,
+        mmproj: Path | None = None,
+        progress: Progress | None = None,
     ) -> InstalledModel:
         """Validate a GGUF file, copy it into the models folder and register it.
 
         For part 1 of a split GGUF (`name-00001-of-00003.gguf`), every part next to it is validated,
-        copied and registered as one model. Returns the existing entry instead when the same file(s) are
-        already installed. Raises InvalidModelFile for a file that is not a usable GGUF model (nothing is
-        copied) and HearthError for a name that is taken or a copy that fails (partial copies are removed).
+        copied and registered as one model. A vision model's projector is `mmproj`, else the fitting
+        `mmproj*.gguf` next to the model (projector_beside); it is checked against the model and copied
+        with it. Returns the existing entry instead when the same file(s) are already installed. Raises
+        InvalidModelFile for a file that is not a usable GGUF model or a projector that does not fit it
+        (nothing is copied) and HearthError for a name that is taken or a copy that fails (partial copies
+        are removed).
         """
         source = Path(path).expanduser().resolve()
         sources = _split_sources(source)
         if len(sources) > 1:
-            return self._import_split(sources, name, progress)
+            return self._import_split(sources, name, mmproj, progress)
         header = _valid_header(source)
+        projector_source = self._projector_source(source, header, mmproj)
         name = check_model_name(source.stem if name is None else name)
 
         # Only a model of exactly this size can be the same file; hashing first then avoids a second copy.
@@ -351,7 +443,7 @@ class ModelLibrary:
             for model in same_size:
                 if model.sha256 == sha256:
                     log.info("%s is already installed as %s", source, model.name)
-                    return model
+                    return self._with_projector(model, projector_source, explicit=mmproj is not None)
 
         with self._db.read_session() as session:
             if self._find(session, name) is not None:
@@ -362,20 +454,91 @@ class ModelLibrary:
         if target.exists():
             raise HearthError(f"{target} already exists but is not in the library; move it away first.")
 
+        projector_target = self._projector_target(name, projector_source)
         self.models_dir.mkdir(parents=True, exist_ok=True)
         sha256, copied = _copy_and_hash(source, target, progress)
         try:
-            return self._insert(name, target, sha256, copied, f"import:{source}", header)
+            projector = self._copy_projector(projector_source, projector_target)
+            return self._insert(name, target, sha256, copied, f"import:{source}", header, projector=projector)
         except BaseException:
             target.unlink(missing_ok=True)
+            if projector_target is not None:
+                projector_target.unlink(missing_ok=True)
             raise
 
+    @staticmethod
+    def _projector_source(source: Path, header: GGUFHeader, mmproj: Path | None) -> Path | None:
+        if mmproj is None:
+            found = projector_beside(source, header)
+            if found is not None:
+                log.info("importing %s with the projector beside it, %s", source.name, found.name)
+            return found
+        mmproj = Path(mmproj).expanduser().resolve()
+        if not mmproj.is_file():
+            raise HearthError(f"The projector {mmproj} does not exist or is not a file.")
+        check_projector(mmproj, header)
+        return mmproj
+
+    def _projector_target(self, name: str, source: Path | None) -> Path | None:
+        if source is None:
+            return None
+        # Named like every projector, so tools that list models folders skip it as llama.cpp's do.
+        target = self.models_dir / f"mmproj-{name}.gguf"
+        if target.exists():
+            raise HearthError(f"{target} already exists but is not in the library; move it away first.")
+        return target
+
+    def _with_projector(
+        self, model: InstalledModel, source: Path | None, *, explicit: bool
+    ) -> InstalledModel:
+        """An installed model given a projector: a text model becomes a vision model (the projector often
+        comes later than the model); one it has is replaced only when the user named another."""
+        if source is None or (model.projector is not None and not explicit):
+            return model
+        if model.projector is not None and sha256_file(source) == model.projector.sha256:
+            return model
+        previous = model.projector
+        target = self.models_dir / f"mmproj-{model.name}.gguf"
+        # The new one is written beside the old under another name: a failed copy leaves the old one working.
+        staged = self.models_dir / f"mmproj-{model.name}.new.gguf"
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        copied = self._copy_projector(source, staged)
+        assert copied is not None
+        try:
+            staged.replace(target)
+            fsync_directory(target.parent)
+            projector = replace(copied, path=target)
+            with self._db.session() as session:
+                self._row(session, model.name).projector_json = _projector_json(projector)
+                session.flush()
+                if previous is not None and previous.path != target:
+                    self._delete_unused_projector(session, previous.path)
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
+        log.info("%s now has the projector %s (%s)", model.name, source.name, projector.sha256)
+        return self.get(model.name)
+
+    def _delete_unused_projector(self, session: Session, path: Path) -> None:
+        if path.resolve().is_relative_to(self.models_dir.resolve()) and not self._projector_in_use(
+            session, path
+        ):
+            path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _copy_projector(source: Path | None, target: Path | None) -> ModelPart | None:
+        if source is None or target is None:
+            return None
+        sha256, copied = _copy_and_hash(source, target, None)
+        return ModelPart(source.name, target, copied, sha256)
+
     def _import_split(
-        self, sources: list[Path], name: str | None, progress: Progress | None
+        self, sources: list[Path], name: str | None, mmproj: Path | None, progress: Progress | None
     ) -> InstalledModel:
         # Every part is checked before a byte is copied, and the copies again before they are registered:
         # they are what llama.cpp will open.
         headers = check_model_files(sources)
+        projector_source = self._projector_source(sources[0], headers[0], mmproj)
         match = SPLIT_NAME.match(sources[0].name)
         assert match is not None  # _split_sources found the parts by this name
         name = check_model_name(match.group("base") if name is None else name)
@@ -389,7 +552,7 @@ class ModelLibrary:
             for model in same_size:
                 if [p.sha256 for p in model.parts] == shas:
                     log.info("%s is already installed as %s", sources[0], model.name)
-                    return model
+                    return self._with_projector(model, projector_source, explicit=mmproj is not None)
 
         with self._db.read_session() as session:
             if self._find(session, name) is not None:
@@ -401,6 +564,7 @@ class ModelLibrary:
         for target in targets:
             if target.exists():
                 raise HearthError(f"{target} already exists but is not in the library; move it away first.")
+        projector_target = self._projector_target(name, projector_source)
 
         self.models_dir.mkdir(parents=True, exist_ok=True)
         parts: list[ModelPart] = []
@@ -416,6 +580,7 @@ class ModelLibrary:
                 parts.append(ModelPart(target.name, target, copied, sha256))
                 done += size
             check_model_files(targets)
+            projector = self._copy_projector(projector_source, projector_target)
             return self._insert(
                 name,
                 targets[0],
@@ -424,10 +589,11 @@ class ModelLibrary:
                 f"import:{sources[0]}",
                 headers[0],
                 parts=tuple(parts),
+                projector=projector,
             )
         except BaseException:
             # None of these existed before the import: nothing of a failed one stays behind.
-            for target in targets:
+            for target in (*targets, *([projector_target] if projector_target is not None else [])):
                 target.unlink(missing_ok=True)
             raise
 
@@ -512,13 +678,16 @@ class ModelLibrary:
         )
 
     def verify(self, name: str, progress: Progress | None = None) -> bool:
-        """Re-hash the model's file (every part, if split); False when one is missing or changed."""
+        """Re-hash the model's file (every part, if split, and its projector); False when one is missing or
+        changed."""
         model = self.get(name)
         expected = (
             [(p.path, p.size_bytes, p.sha256) for p in model.parts]
             if model.parts
             else [(model.path, model.size_bytes, model.sha256)]
         )
+        if model.projector is not None:
+            expected.append((model.projector.path, model.projector.size_bytes, model.projector.sha256))
         total = sum(size for _, size, _ in expected)
         done = 0
 
@@ -553,18 +722,22 @@ class ModelLibrary:
         revision: str,
         filename: str,
         parts: tuple[ModelPart, ...] = (),
+        projector: ModelPart | None = None,
     ) -> InstalledModel:
         """Register a file downloaded into the models folder, hashed while it was downloaded.
 
-        Every part of a split model is validated, not only the first: llama.cpp opens the others itself.
-        Raises InvalidModelFile for an unusable header in any part (the caller removes the files) and
-        HearthError when the name is taken.
+        Every part of a split model is validated, not only the first: llama.cpp opens the others itself;
+        so is the projector, against the model. Raises InvalidModelFile for an unusable header in any part
+        or a projector that does not fit (the caller removes the files) and HearthError when the name is
+        taken.
         """
         path = Path(path).resolve()
         name = check_model_name(name)
         if parts and parts[0].path.resolve() != path:
             raise HearthError(f"{path.name} is not the first of the parts it was registered with.")
         header = check_model_files([p.path for p in parts] if parts else [path])[0]
+        if projector is not None:
+            check_projector(projector.path, header)
         with self._db.read_session() as session:
             if self._find(session, name) is not None:
                 raise HearthError(f"A different model named {name!r} is already installed.")
@@ -579,6 +752,7 @@ class ModelLibrary:
             revision=revision,
             filename=filename,
             parts=parts,
+            projector=projector,
         )
 
     def remove(self, name: str, delete_file: bool) -> bool:
@@ -588,9 +762,12 @@ class ModelLibrary:
         """
         with self._db.session() as session:
             row = self._row(session, name)
-            files = _model(row).files
+            model = _model(row)
             session.delete(row)
             session.flush()
+            files = list(model.files)
+            if model.projector is not None and not self._projector_in_use(session, model.projector.path):
+                files.append(model.projector.path)
             # The files go before the commit: if one cannot be deleted, the entry stays too.
             if delete_file and files[0].resolve().is_relative_to(self.models_dir.resolve()):
                 for path in files:
@@ -617,6 +794,13 @@ class ModelLibrary:
             row.last_load_error = None
 
     @staticmethod
+    def _projector_in_use(session: Session, path: Path) -> bool:
+        """Whether another installed model is loaded with this projector file (quantizations of one repo
+        share it)."""
+        rows = session.scalars(select(ModelRow).where(ModelRow.projector_json.is_not(None)))
+        return any((p := _projector(row)) is not None and p.path == path for row in rows)
+
+    @staticmethod
     def _find(session: Session, name: str) -> ModelRow | None:
         return session.scalar(select(ModelRow).where(ModelRow.name == name))
 
@@ -641,6 +825,7 @@ class ModelLibrary:
         revision: str | None = None,
         filename: str | None = None,
         parts: tuple[ModelPart, ...] = (),
+        projector: ModelPart | None = None,
     ) -> InstalledModel:
         row = ModelRow(
             name=name,
@@ -657,6 +842,7 @@ class ModelLibrary:
             revision=revision,
             filename=filename,
             parts_json=_parts_json(parts),
+            projector_json=_projector_json(projector),
         )
         try:
             with self._db.session() as session:

@@ -1,35 +1,49 @@
 """What the CLI and the GUI both do with Hub listings and installed models, in one place. No Qt.
 
-`assess_listing` reads every GGUF header of a repo listing (range requests), estimates how each file fits
-the machine (or a what-if one) and picks the recommended file; `remove_installed` deletes a model and the
+`assess_listing` reads every GGUF header of a repo listing (range requests), pairs each model with the
+projector that fits it, estimates how each file fits the machine (or a what-if one) and picks the
+recommended file; `remove_installed` deletes a model and the
 repo folders its download created; `disk_usage` says what the models folder holds.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from app.errors import HearthError
 from app.library.installed import STARTER_SOURCE, InstalledModel, ModelLibrary
-from inference.estimator import Fit, FitEstimate, Recommendation, estimate_fit, recommend
+from inference.estimator import (
+    Fit,
+    FitEstimate,
+    Recommendation,
+    estimate_fit,
+    profile_model,
+    recommend,
+    with_projector,
+)
 from inference.gguf import GGUFHeader
 from inference.hardware import HardwareReport, llama_backend, probe_hardware
+from inference.projector import ProjectorInfo, projector_info, projector_problem
 
 if TYPE_CHECKING:
     # Types only: importing app.library.hub pulls in huggingface_hub, which `hearth models remove` does not
     # need.
     from app.library.hub import HubClient, RemoteModel, RepoListing
 
+log = logging.getLogger("hearth.library")
+
 
 @dataclass(frozen=True)
 class FileFit:
-    model: RemoteModel
+    model: RemoteModel  # paired with the projector that fits it, when the repo has one
     header: GGUFHeader | None
     error: str | None  # why the header could not be read
-    estimate: FitEstimate | None
+    estimate: FitEstimate | None  # with the projector's weights counted
     recommended: bool
+    projector: ProjectorInfo | None = None
 
     @property
     def quantization(self) -> str | None:
@@ -81,9 +95,23 @@ def assess_listing(
     # A what-if GPU plans for another machine, whose llama.cpp build would have GPU support.
     gpu_offload = vram_mib is not None or llama_backend()[0] == "CUDA"
     headers = hub.read_headers(listing, listing.models)
+    projector_headers = _projector_headers(hub, listing)
+    paired = [
+        _pair_projector(listing, model, header, projector_headers)
+        if isinstance(header, GGUFHeader)
+        else (model, None)
+        for model, header in zip(listing.models, headers, strict=True)
+    ]
+    projector_bytes = [info.weights_bytes if info is not None else 0 for _, info in paired]
     readable = [(i, h) for i, h in enumerate(headers) if isinstance(h, GGUFHeader)]
     recommendation = (
-        recommend([h for _, h in readable], hardware, context=context, gpu_offload=gpu_offload)
+        recommend(
+            [h for _, h in readable],
+            hardware,
+            context=context,
+            gpu_offload=gpu_offload,
+            projector_bytes=[projector_bytes[i] for i, _ in readable],
+        )
         if readable
         else None
     )
@@ -97,17 +125,59 @@ def assess_listing(
             model,
             h,
             None,
-            estimate_fit(h, hardware, context=context, gpu_offload=gpu_offload).best_placement,
+            estimate_fit(
+                with_projector(profile_model(h), projector_bytes[i]),
+                hardware,
+                context=context,
+                gpu_offload=gpu_offload,
+            ).best_placement,
             i == chosen,
+            projector,
         )
         if isinstance(h, GGUFHeader)
         else FileFit(model, None, str(h), None, False)
-        for i, (model, h) in enumerate(zip(listing.models, headers, strict=True))
+        for i, ((model, projector), h) in enumerate(zip(paired, headers, strict=True))
     )
     refused = next((h for h in headers if isinstance(h, HubAuthError | HubGatedError)), None)
     return RepoAssessment(
         listing, fits, recommendation, context, hardware, str(refused) if refused is not None else None
     )
+
+
+def _projector_headers(hub: HubClient, listing: RepoListing) -> dict[str, GGUFHeader]:
+    """Every projector in the repo that reads as one, by file name (a few KiB each, by range request)."""
+    from app.library.hub import HubError
+
+    found: dict[str, GGUFHeader] = {}
+    for file in listing.projectors:
+        try:
+            found[file.filename] = hub.read_projector_header(listing, file)
+        except HubError as exc:
+            log.info("%s/%s: %s", listing.repo_id, file.filename, exc)
+        except HearthError as exc:
+            log.info("%s/%s is not a usable projector: %s", listing.repo_id, file.filename, exc)
+    return found
+
+
+def _pair_projector(
+    listing: RepoListing, model: RemoteModel, header: GGUFHeader, projectors: dict[str, GGUFHeader]
+) -> tuple[RemoteModel, ProjectorInfo | None]:
+    """The model with the projector that fits its header (a repo may hold projectors for several model
+    sizes) and what that projector is. A projector whose header could not be read stays paired by name
+    (the download checks it); the model is text-only when none fits."""
+    from app.library.hub import pick_projector
+
+    fitting = [
+        p
+        for p in listing.projectors
+        if p.filename in projectors and projector_problem(projectors[p.filename], header) is None
+    ]
+    chosen = pick_projector(model.filename, fitting)
+    if chosen is not None:
+        return replace(model, projector=chosen), projector_info(projectors[chosen.filename])
+    if model.projector is not None and model.projector.filename not in projectors:
+        return model, None
+    return replace(model, projector=None), None
 
 
 def remove_installed(library: ModelLibrary, name: str) -> tuple[InstalledModel, bool]:

@@ -282,7 +282,7 @@ class LibraryService(QObject):
         repo_id, filename = record.state.repo_id, record.state.filename
         listing = hub.list_files(repo_id, record.commit)
         for model in listing.models:
-            if any(part.filename == filename for part in model.parts):
+            if any(part.filename == filename for part in model.files):
                 with self._lock:
                     record.listing, record.model = listing, model
                 return listing, model
@@ -383,7 +383,7 @@ class LibraryService(QObject):
                 (r.state.repo_id, part)
                 for r in self._downloads.values()
                 for part in (
-                    [p.filename for p in r.model.parts] if r.model is not None else [r.state.filename]
+                    [p.filename for p in r.model.files] if r.model is not None else [r.state.filename]
                 )
             }
             for partial in pending:

@@ -10,6 +10,7 @@ user chose for an internal server.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -253,7 +254,7 @@ class OpenAIClient:
         """
         body = {
             "model": model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "messages": [_message_json(m) for m in messages],
             "stream": True,
             # Servers that support it send token counts in a last event; others ignore it.
             "stream_options": {"include_usage": True},
@@ -722,6 +723,22 @@ class ChatStream:
                 seed=self._sampling.seed,
             ),
         )
+
+
+def _message_json(message: ChatMessage) -> dict[str, Any]:
+    """A message in OpenAI's shape: text alone as a string; with images, content parts, the text first and
+    each image as a data URL (what vLLM, llama.cpp's server, Ollama and TGI accept for vision models)."""
+    if not message.images:
+        return {"role": message.role, "content": message.content}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+    parts += [
+        {
+            "type": "image_url",
+            "image_url": {"url": f"data:{image.mime_type};base64,{base64.b64encode(image.data).decode()}"},
+        }
+        for image in message.images
+    ]
+    return {"role": message.role, "content": parts}
 
 
 def _get(data: object, *keys: str) -> object:

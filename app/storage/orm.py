@@ -174,6 +174,8 @@ class ModelRow(Base):
     revision: Mapped[str | None] = mapped_column(Text)  # the commit sha the file was pinned to
     filename: Mapped[str | None] = mapped_column(Text)  # path inside the repo (the first part if split)
     parts_json: Mapped[str | None] = mapped_column(Text)  # split GGUFs: every part's name, size, SHA-256
+    # Vision models (revision 0007): the multimodal projector's name, path, size and SHA-256.
+    projector_json: Mapped[str | None] = mapped_column(Text)
 
 
 class FilesRow(Base):

@@ -12,6 +12,10 @@
         <translation>代码</translation>
     </message>
     <message>
+        <source>Image</source>
+        <translation>图片</translation>
+    </message>
+    <message>
         <source>1 page</source>
         <translation>1 页</translation>
     </message>
@@ -28,8 +32,8 @@
         <translation>附加文件…</translation>
     </message>
     <message>
-        <source>Attach documents to the next message (you can also drop or paste files)</source>
-        <translation>为下一条消息附加文档（也可以拖放或粘贴文件）</translation>
+        <source>Attach documents, or images for a vision model on a server, to the next message (you can also drop or paste files)</source>
+        <translation>为下一条消息附加文档，或给服务器上的视觉模型附加图片（也可以拖放或粘贴文件）</translation>
     </message>
     <message>
         <source>Attach files</source>
@@ -935,6 +939,18 @@
         <translation>{expected}（最多 {most}）</translation>
     </message>
     <message>
+        <source>{model} + vision projector {projector}</source>
+        <translation>{model} + 视觉投影器 {projector}</translation>
+    </message>
+    <message>
+        <source>A vision model: {file} ({size}) is downloaded, verified and counted in the fit with it.</source>
+        <translation>视觉模型：{file}（{size}）会随模型一起下载、校验，并计入适配估算。</translation>
+    </message>
+    <message>
+        <source>Each image takes about {n} tokens of the context.</source>
+        <translation>每张图片约占上下文中的 {n} 个 token。</translation>
+    </message>
+    <message>
         <source>Header unreadable</source>
         <translation>无法读取文件头</translation>
     </message>
@@ -973,6 +989,14 @@
     <message>
         <source>built in</source>
         <translation>内置</translation>
+    </message>
+    <message>
+        <source>{name} · vision</source>
+        <translation>{name} · 视觉</translation>
+    </message>
+    <message>
+        <source>Can see images, with the projector {file}</source>
+        <translation>可以看图，使用投影器 {file}</translation>
     </message>
     <message>
         <source>, {partial} in unfinished downloads</source>
@@ -1247,6 +1271,14 @@
     <message>
         <source>{model} was not loaded automatically: it crashed last time ({error}). Send a message to try it again.</source>
         <translation>未自动加载 {model}：它上次崩溃了（{error}）。发送一条消息即可再次尝试。</translation>
+    </message>
+    <message>
+        <source>{name} · vision</source>
+        <translation>{name} · 视觉</translation>
+    </message>
+    <message>
+        <source>Can see images, with the projector {file}</source>
+        <translation>可以看图，使用投影器 {file}</translation>
     </message>
     <message>
         <source>Add server…</source>

@@ -148,4 +148,4 @@ def test_runner_reports_measured_memory_next_to_the_prediction(starter_model: Pa
         assert within_bar(predicted[key], measured[key])
     # About 280 MiB, or 377 MiB with AMX kernels, whose packed copies of the weights are counted.
     total = sum(predicted[key] for key in ("weights", "kv", "compute"))
-    assert describe_prediction(predicted, measured).startswith(f"predicted {total // MIB:,} MiB, actual ")
+    assert describe_prediction(predicted, measured).startswith(f"predicted {total / MIB:,.0f} MiB, actual ")

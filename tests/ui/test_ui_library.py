@@ -27,6 +27,7 @@ from app.paths import HearthPaths
 from app.settings import Settings, load_settings, save_settings
 from tests.helpers.hubserver import HubServer, ServedFile, starter_file
 from tests.helpers.model_shapes import deepseek_v2_lite_file
+from tests.helpers.projectors import projector_bytes
 from tests.helpers.ui_fixtures import (
     GuiSession,
     GuiSessions,
@@ -589,3 +590,27 @@ def test_the_token_never_reaches_a_file_or_a_log(
     assert home.log_file.stat().st_size > 0
     assert files_holding(home.home, TOKEN) == []
     assert not [r for r in caplog.records if TOKEN in r.getMessage()]
+
+
+def test_a_vision_model_shows_its_projector_downloads_with_it_and_is_marked_in_the_picker(
+    qtbot: QtBot, gui: GuiSessions, hub: HubServer, home: HearthPaths
+) -> None:
+    projector = ServedFile.from_bytes("mmproj-F16.gguf", projector_bytes())
+    hub.add_repo(REPO, [starter_file(), projector], downloads=1234)
+    session = gui.open(home, preload_model=False)
+    panel = open_library(qtbot, session)
+    open_repo(qtbot, panel, REPO, rows=1)
+    files = cell(panel.quantTable, 0, 5)
+    assert files.text() == f"{starter_file().filename} + vision projector mmproj-F16.gguf"
+    assert "about 256 tokens of the context" in files.toolTip()
+
+    click(panel.downloadButton)
+    shown = f"{INSTALLED_NAME} · vision"
+    qtbot.waitUntil(lambda: shown in column(panel.installedTable, 0), timeout=WAIT_MS)
+    installed = session.services.library.get(INSTALLED_NAME)
+    assert installed.projector is not None and installed.projector.sha256 == projector.sha256
+    picker = session.window.modelPicker
+    qtbot.waitUntil(lambda: picker.findData(INSTALLED_NAME) >= 0)
+    index = picker.findData(INSTALLED_NAME)
+    assert picker.itemText(index) == shown
+    assert "mmproj-F16.gguf" in picker.itemData(index, Qt.ItemDataRole.ToolTipRole)

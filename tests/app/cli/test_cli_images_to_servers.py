@@ -1,0 +1,114 @@
+"""`hearth chat --attach photo.jpg` with a server's model: the picture is stored as the user attached it, sent
+prepared (upright, at most 2,048 px, as a data URL `image_url` part after the text, the shape vLLM and
+llama.cpp's server take), sent again with a follow-up, listed in `conversations show --json`, and refused
+before anything is stored when it is broken. A real local HTTP server records what was sent."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from app.cli.main import main
+from app.paths import resolve_home
+from tests.helpers.images import png_claiming
+from tests.helpers.openai_peer import FaultServer
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def sent_messages(server: FaultServer) -> list[dict[str, Any]]:
+    [request] = [r for r in server.requests if r.path.endswith("/chat/completions")][-1:]
+    assert request.body is not None
+    messages: list[dict[str, Any]] = request.body["messages"]
+    return messages
+
+
+def decoded(part: dict[str, Any]) -> Image.Image:
+    assert part["type"] == "image_url"
+    url: str = part["image_url"]["url"]
+    header, _, payload = url.partition(",")
+    assert header in ("data:image/jpeg;base64", "data:image/png;base64"), header
+    return Image.open(io.BytesIO(base64.b64decode(payload)))
+
+
+def photo(path: Path, size: tuple[int, int], *, rotated: bool = False) -> Path:
+    image = Image.effect_noise(size, 64).convert("RGB")
+    exif = Image.Exif()
+    if rotated:
+        exif[0x0112] = 6  # the camera was turned: shown rotated 90° clockwise
+    image.save(path, format="JPEG", exif=exif)
+    return path
+
+
+@pytest.fixture
+def lab(fault_server: FaultServer) -> FaultServer:
+    assert run("servers", "add", "lab", fault_server.url)[0] == 0
+    return fault_server
+
+
+def test_an_image_goes_to_the_server_prepared_and_is_stored_as_attached(
+    lab: FaultServer, tmp_path: Path
+) -> None:
+    # 3,000 × 1,000, turned by the camera: the model sees it upright and at most 2,048 px long.
+    original = photo(tmp_path / "whiteboard.jpg", (3000, 1000), rotated=True)
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n\nThe meeting is on Tuesday.\n", encoding="utf-8")
+    code, out, err = run(
+        "chat", "--model", "lab/echo", "--attach", str(notes), "--attach", str(original), "What is on it?"
+    )
+    assert code == 0, err
+
+    [user] = sent_messages(lab)
+    text, image = user["content"]
+    assert text["type"] == "text" and text["text"].endswith("What is on it?") and "Tuesday" in text["text"]
+    seen = decoded(image)
+    assert seen.size == (683, 2048) and seen.mode == "RGB"
+
+    conversation_id = int(err.split("conversation ")[1].split()[0])
+    code, out, _ = run("conversations", "show", str(conversation_id), "--json")
+    attachments = json.loads(out)["messages"][0]["attachments"]
+    by_name = {a["name"]: a for a in attachments}
+    assert by_name["whiteboard.jpg"]["kind"] == "image"
+    assert by_name["whiteboard.jpg"]["mime_type"] == "image/jpeg"
+    digest = hashlib.sha256(original.read_bytes()).hexdigest()
+    assert by_name["whiteboard.jpg"]["sha256"] == digest
+    # The file kept is the one attached, byte for byte, not the prepared copy.
+    stored = resolve_home().attachments_dir / digest[:2] / digest
+    assert stored.read_bytes() == original.read_bytes()
+
+    # A follow-up is about the same picture: it goes again, with the earlier prompt.
+    code, _, err = run("chat", "--model", "lab/echo", "--conversation", str(conversation_id), "And the date?")
+    assert code == 0, err
+    first, reply, second = sent_messages(lab)
+    assert [m["role"] for m in (first, reply, second)] == ["user", "assistant", "user"]
+    assert decoded(first["content"][1]).size == (683, 2048)
+    assert second["content"] == "And the date?"
+
+
+def test_a_text_only_prompt_is_sent_as_a_plain_string(lab: FaultServer) -> None:
+    assert run("chat", "--model", "lab/echo", "Hello")[0] == 0
+    assert sent_messages(lab) == [{"role": "user", "content": "Hello"}]
+
+
+def test_a_broken_image_for_a_server_is_one_line_and_nothing_is_stored_or_sent(
+    lab: FaultServer, tmp_path: Path
+) -> None:
+    bomb = tmp_path / "tiny.png"
+    bomb.write_bytes(png_claiming(100_000, 100_000))
+    code, out, err = run("chat", "--model", "lab/echo", "--attach", str(bomb), "What is this?")
+    assert code == 3 and out == ""
+    assert err.count("\n") == 1 and "claims more than" in err, err
+    assert not [r for r in lab.requests if r.path.endswith("/chat/completions")]
+    assert json.loads(run("conversations", "list", "--json")[1])["conversations"] == []
+    assert not any(p.is_file() for p in resolve_home().attachments_dir.rglob("*"))
