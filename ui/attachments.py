@@ -10,12 +10,24 @@ import logging
 import shutil
 import stat
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 
 import shiboken6
-from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication, QEvent, QMimeData, QObject, Qt, Signal
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtCore import (
+    QT_TRANSLATE_NOOP,
+    QBuffer,
+    QByteArray,
+    QCoreApplication,
+    QEvent,
+    QIODevice,
+    QMimeData,
+    QObject,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage, QImageWriter
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -32,7 +44,9 @@ from PySide6.QtWidgets import (
 
 from app.documents.library import Attachment, DocumentLibrary
 from app.documents.model import human_size
+from app.errors import HearthError
 from app.qt.background import Background, describe
+from ui.servers_panel import plain_tooltip
 
 log = logging.getLogger("hearth.ui.attachments")
 
@@ -113,13 +127,17 @@ class AttachmentTray(QWidget):
         documents: DocumentLibrary,
         worker: Background,
         show_error: Callable[[str], None],
+        images_refused: Callable[[], str | None] = lambda: None,
         parent: QWidget | None = None,
     ) -> None:
+        """`images_refused` says why the chat's model cannot see images (None when it can): an image is then
+        refused when it is attached, before anything is stored, with that sentence."""
         super().__init__(parent)
         self.setObjectName("attachmentTray")
         self._documents = documents
         self._worker = worker
         self._show_error = show_error
+        self._images_refused = images_refused
         self._reading = 0
         self.chips: list[FileChip] = []
         self.attachButton = QPushButton()
@@ -137,14 +155,21 @@ class AttachmentTray(QWidget):
 
     def retranslate(self) -> None:
         self.attachButton.setText(QCoreApplication.translate("Attachments", "Attach files…"))
-        self.attachButton.setToolTip(
-            QCoreApplication.translate(
-                "Attachments",
-                "Attach documents, or images for a vision model on a server, to the next message (you can "
-                "also drop or paste files)",
-            )
-        )
+        self.show_image_support()
         self._show_reading()
+
+    def show_image_support(self) -> None:
+        """The button's tooltip says whether the chat's model takes images, and why not (call when the
+        model changes)."""
+        refused = self._images_refused()
+        tip = QCoreApplication.translate(
+            "Attachments",
+            "Attach documents, or images for a vision model on a server, to the next message (you can also "
+            "drop or paste files)",
+        )
+        if refused is not None:
+            tip += "\n" + QCoreApplication.translate("Attachments", "Images: {why}").format(why=refused)
+        self.attachButton.setToolTip(plain_tooltip(tip))
 
     @property
     def reading(self) -> bool:
@@ -162,10 +187,11 @@ class AttachmentTray(QWidget):
 
     def attach_paths(self, paths: Sequence[Path]) -> None:
         """Read and store each file off the GUI thread; each becomes a chip, or its error is shown."""
+        refused = self._images_refused()
         for path in paths:
             self._reading += 1
             self._worker.call(
-                partial(self._documents.attach, path),
+                partial(self._documents.attach, path, images_refused=refused),
                 self._attached,
                 self._failed,
                 operation="attaching a file",
@@ -173,6 +199,23 @@ class AttachmentTray(QWidget):
         if paths:
             self._show_reading()
             self.changed.emit()
+
+    def attach_image(self, image: QImage) -> None:
+        """A pasted picture: encoded as PNG and stored off the GUI thread (a screenshot takes a while)."""
+        refused = self._images_refused()
+        name = QCoreApplication.translate("Attachments", "Pasted image {time}.png").format(
+            time=datetime.now().strftime("%Y-%m-%d %H.%M.%S")
+        )
+        copy = image.copy()  # the clipboard's image may change while the worker encodes this one
+        self._reading += 1
+        self._worker.call(
+            lambda: self._documents.attach_image_bytes(_png_bytes(copy), name, images_refused=refused),
+            self._attached,
+            self._failed,
+            operation="attaching a pasted image",
+        )
+        self._show_reading()
+        self.changed.emit()
 
     def restore(self, attachments: Sequence[Attachment]) -> None:
         """Files of a message that was never sent, back on the next one."""
@@ -237,6 +280,15 @@ class AttachmentTray(QWidget):
     def _show_reading(self) -> None:
         self.readingLabel.setVisible(self._reading > 0)
         self.readingLabel.setText(QCoreApplication.translate("Attachments", "Reading files…"))
+
+
+def _png_bytes(image: QImage) -> bytes:
+    buffer = QBuffer()
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    writer = QImageWriter(buffer, QByteArray(b"PNG"))
+    if not writer.write(image):
+        raise HearthError(f"The pasted image could not be read ({writer.errorString()}).")
+    return bytes(buffer.data().data())
 
 
 class FileDrops(QObject):

@@ -131,7 +131,12 @@ class ChatArea(QWidget):
         self.contextMeter = ContextMeter()
         self.composer = Composer()
         services = context.services
-        self.attachments = AttachmentTray(services.documents, services.documents_worker, context.show_error)
+        self.attachments = AttachmentTray(
+            services.documents,
+            services.documents_worker,
+            context.show_error,
+            images_refused=self.modelBar.images_refused,
+        )
         self.collectionPicker = CollectionPicker(context.session, services.documents_service)
         documents = QHBoxLayout()
         documents.addWidget(self.attachments, 1)
@@ -169,6 +174,12 @@ class ChatArea(QWidget):
         self.composer.submitted.connect(self.send)
         self.composer.textChanged.connect(self.schedule_measure)
         self.composer.filesDropped.connect(self.attachments.attach_paths)
+        self.composer.imagePasted.connect(self.attachments.attach_image)
+        # Whether images can be attached follows the model chosen, and what the library says of it.
+        self.modelBar.modelPicker.currentIndexChanged.connect(
+            lambda _i: self.attachments.show_image_support()
+        )
+        self.modelBar.listed.connect(lambda _has: self.attachments.show_image_support())
         self.attachments.changed.connect(self.update_controls)
         # What the files cost is on the meter before Send.
         self.attachments.changed.connect(self.schedule_measure)
@@ -232,6 +243,7 @@ class ChatArea(QWidget):
             self.tr("Waiting for the attached files to be read") if reading and not busy else ""
         )
         self.attachments.attachButton.setEnabled(writable)
+        self.attachments.show_image_support()
         self.collectionPicker.button.setEnabled(writable)
         self.stopButton.setEnabled(busy)
         # Enabled without models too: "Add server…" is in it.

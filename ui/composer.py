@@ -1,10 +1,11 @@
 """The message box: Enter (or Ctrl+Enter) sends, Shift+Enter starts a new line; files dropped or pasted
-on it are offered for attaching (`filesDropped`) instead of going in as their paths."""
+on it are offered for attaching (`filesDropped`) instead of going in as their paths, and a pasted picture
+that is no file (a screenshot) as `imagePasted`."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QMimeData, QSize, Qt, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtGui import QImage, QKeyEvent
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
 from ui.attachments import local_files
@@ -16,6 +17,8 @@ class Composer(QPlainTextEdit):
     submitted = Signal()
     # list[pathlib.Path]: local files dropped or pasted.
     filesDropped = Signal(list)
+    # QImage: a picture pasted from the clipboard without a file behind it.
+    imagePasted = Signal(QImage)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -30,7 +33,7 @@ class Composer(QPlainTextEdit):
         super().keyPressEvent(event)
 
     def canInsertFromMimeData(self, source: QMimeData) -> bool:
-        return bool(local_files(source)) or super().canInsertFromMimeData(source)
+        return bool(local_files(source)) or source.hasImage() or super().canInsertFromMimeData(source)
 
     def insertFromMimeData(self, source: QMimeData) -> None:
         # Both paste and drop land here; a copied file would otherwise paste as its path.
@@ -38,6 +41,11 @@ class Composer(QPlainTextEdit):
         if files:
             self.filesDropped.emit(files)
             return
+        if source.hasImage():
+            image = source.imageData()
+            if isinstance(image, QImage) and not image.isNull():
+                self.imagePasted.emit(image)
+                return
         super().insertFromMimeData(source)
 
     def sizeHint(self) -> QSize:

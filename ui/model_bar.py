@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QWidget
 
+from app.chat.documents import image_refusal
 from app.library.installed import InstalledModel
 from app.remote.registry import ServerListing
 from ui.server_dialog import ServerAdded, ServerDialog
@@ -75,6 +76,16 @@ class ModelBar(QWidget):
         self._local_models = list(models)
         self._fill()
         self.prepare_selected()
+
+    def images_refused(self) -> str | None:
+        """Why the chosen model cannot be given images (an installed model), or None (a server's model, which
+        may see them, or none chosen)."""
+        model = self._context.session.model
+        local = next((m for m in self._local_models if m.name == model), None)
+        if local is None:
+            return None
+        seeing = [m.name for m in self._local_models if m.vision]
+        return image_refusal(local.name, local.vision, seeing)
 
     def prepare_selected(self) -> None:
         """Load the chosen model ahead of the first message, unless it crashed the runner last time."""

@@ -152,21 +152,27 @@ def images_of(message: Message, library: DocumentLibrary | None) -> tuple[ImageI
 
 def local_image_refusal(library: ModelLibrary, model_name: str, names: Sequence[str]) -> str:
     """Why images cannot go to an installed model, naming the models that could see them."""
-    named = ", ".join(names)
     installed = library.get(model_name)  # an unknown model is named as that first
-    if installed.vision:
+    seeing = [m.name for m in library.list_models() if m.vision]
+    return image_refusal(installed.name, installed.vision, seeing, names)
+
+
+def image_refusal(model_name: str, vision: bool, seeing: Sequence[str], names: Sequence[str] = ()) -> str:
+    """The sentence for images an installed model cannot be given: `vision` says whether it has a projector,
+    `seeing` names the installed models that do, `names` the images (none: before any is attached)."""
+    these = f" ({', '.join(names)})" if names else ""
+    if vision:
         return (
-            f"{model_name} is a vision model, but Hearth does not send images ({named}) to local models yet; "
+            f"{model_name} is a vision model, but Hearth does not send images{these} to local models yet; "
             "a vision model on a server can see them."
         )
-    seeing = [m.name for m in library.list_models() if m.vision]
     which = (
         f"installed models that can see: {', '.join(seeing)}"
         if seeing
         else "send them to a vision model on a server, or import one with its projector (`hearth models "
         "import MODEL.gguf --mmproj FILE`)"
     )
-    return f"{model_name} can't see images ({named}): it is a text-only model ({which})."
+    return f"{model_name} can't see images{these}: it is a text-only model ({which})."
 
 
 def as_the_model_read_it(message: Message, library: DocumentLibrary | None) -> str:

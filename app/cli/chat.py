@@ -19,7 +19,7 @@ from app.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, report
 from app.core import Core
 from app.documents.library import DocumentLibrary
 from app.errors import HearthError
-from app.images.prepare import HEAD_BYTES, image_format, prepare_image
+from app.images.prepare import is_image_file, prepare_image
 
 
 def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
@@ -133,12 +133,7 @@ def _refuse_images(core: Core, model: str, paths: Sequence[Path]) -> None:
         return
     images = []
     for path in paths:
-        try:
-            with path.open("rb") as fh:
-                head = fh.read(HEAD_BYTES)
-        except OSError:
-            continue  # the document check says what is wrong with the path
-        if image_format(head) is not None:
+        if is_image_file(path):
             prepare_image(path.read_bytes(), path.name)
             images.append(path.name)
     if images:

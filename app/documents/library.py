@@ -29,7 +29,7 @@ from app.documents.extract import extract, extract_bytes
 from app.documents.index import ChunkIndex, ChunkInput
 from app.documents.model import DocumentError, ExtractedDocument, Section
 from app.errors import HearthError
-from app.images.prepare import DEFAULT_MAX_SIDE, HEAD_BYTES, IMAGE_KIND, image_format, prepare_image
+from app.images.prepare import DEFAULT_MAX_SIDE, IMAGE_KIND, is_image_file, prepare_image
 from app.library.installed import sha256_file
 from app.storage.db import Database
 from app.storage.orm import DocumentTextRow
@@ -37,14 +37,6 @@ from app.storage.stored_files import record_file
 from inference.protocol import ImageInput
 
 log = logging.getLogger("hearth.documents")
-
-
-def _is_image(path: Path) -> bool:
-    try:
-        with path.open("rb") as file:
-            return image_format(file.read(HEAD_BYTES)) is not None
-    except OSError:
-        return False  # the document check names what is wrong with the path
 
 
 # Passages searched per question before the best are kept: the fused ranking needs candidates to fuse.
@@ -116,12 +108,15 @@ class DocumentLibrary:
 
     # Attachments ---------------------------------------------------------------------------------------
 
-    def attach(self, path: Path) -> Attachment:
+    def attach(self, path: Path, *, images_refused: str | None = None) -> Attachment:
         """Check, extract and store a file for a message. Raises DocumentError / HearthError with one line
         naming the file; nothing is stored then. The extracted text is kept, so sending never extracts.
         An image (by its first bytes, whatever its name) is decoded in full once, so a corrupt one is
-        refused here, and stored as it is: a model is given it prepared (image_input) at each send."""
-        if _is_image(path):
+        refused here, and stored as it is: a model is given it prepared (image_input) at each send.
+        `images_refused`: why the chat's model cannot see images, raised for an image instead."""
+        if is_image_file(path):
+            if images_refused is not None:
+                raise HearthError(images_refused)
             return self._attach_image(path)
         document = extract(path)
         # Pinned until the message is sent (ConversationStore.begin_turn), so deleting another conversation
@@ -146,12 +141,18 @@ class DocumentLibrary:
             data = path.read_bytes()
         except OSError as exc:
             raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
-        prepared = prepare_image(data, path.name)
-        stored = self.files.put_bytes(data, path.name, pin=True)
+        return self.attach_image_bytes(data, path.name)
+
+    def attach_image_bytes(self, data: bytes, name: str, *, images_refused: str | None = None) -> Attachment:
+        """An image that is not a file (a pasted screenshot), checked and stored like an attached one."""
+        if images_refused is not None:
+            raise HearthError(images_refused)
+        prepared = prepare_image(data, name)
+        stored = self.files.put_bytes(data, name, pin=True)
         with self._db.session() as session:
             record_file(session, stored.sha256, stored.size_bytes, prepared.original.mime_type)
         return Attachment(
-            path.name, stored.sha256, prepared.original.mime_type, stored.size_bytes, IMAGE_KIND, None, 0
+            name, stored.sha256, prepared.original.mime_type, stored.size_bytes, IMAGE_KIND, None, 0
         )
 
     def image_input(self, name: str, sha256: str, *, max_side: int = DEFAULT_MAX_SIDE) -> ImageInput:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -86,6 +87,16 @@ def image_format(head: bytes) -> str | None:
     if head[:2] == b"BM" and len(head) >= 18:
         return "BMP" if int.from_bytes(head[14:18], "little") in _BMP_HEADER_SIZES else None
     return next((fmt for signature, fmt in _SIGNATURES if head.startswith(signature)), None)
+
+
+def is_image_file(path: Path) -> bool:
+    """Whether a file starts like an image Hearth reads, whatever its name; False when it cannot be read
+    (the document check then names what is wrong with it)."""
+    try:
+        with path.open("rb") as file:
+            return image_format(file.read(HEAD_BYTES)) is not None
+    except OSError:
+        return False
 
 
 def probe_image(data: bytes, name: str = "the image") -> ImageInfo:

@@ -36,8 +36,16 @@
         <translation>为下一条消息附加文档，或给服务器上的视觉模型附加图片（也可以拖放或粘贴文件）</translation>
     </message>
     <message>
+        <source>Images: {why}</source>
+        <translation>图片：{why}</translation>
+    </message>
+    <message>
         <source>Attach files</source>
         <translation>附加文件</translation>
+    </message>
+    <message>
+        <source>Pasted image {time}.png</source>
+        <translation>粘贴的图片 {time}.png</translation>
     </message>
     <message>
         <source>Reading files…</source>
