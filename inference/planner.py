@@ -16,6 +16,7 @@ from inference.estimator import (
     fit_with_policy,
     predict_memory,
     profile_model,
+    with_projector,
 )
 from inference.gguf import GGUFHeader
 from inference.hardware import GpuInfo, HardwareReport
@@ -41,9 +42,14 @@ def plan_load(
     gpu_layers: str | int,
     n_threads: int | None,
     gpu_offload_supported: bool,
+    mmproj_path: str | None = None,
+    projector_bytes: int = 0,
 ) -> LoadPlan:
-    """`gpu_layers` is "auto" (the estimator decides), 0 (CPU only) or a number of layers to offload."""
-    profile = profile_model(header)
+    """`gpu_layers` is "auto" (the estimator decides), 0 (CPU only) or a number of layers to offload.
+    `mmproj_path`: a vision model's projector of `projector_bytes`, counted in the fit (llama.cpp's own
+    buffer report, which `predicted_bytes` is compared with, leaves it out, so the prediction does too)."""
+    text_only = profile_model(header)
+    profile = with_projector(text_only, projector_bytes)
     threads = n_threads or hardware.cpu_count_physical or 1
     gpu = max(hardware.gpus, key=lambda g: g.free_mib, default=None)
     use_gpu = gpu_offload_supported and gpu is not None and gpu_layers != 0
@@ -82,7 +88,7 @@ def plan_load(
     else:
         summary = f"CPU · {_cpu_reason(hardware, gpu, gpu_layers, gpu_offload_supported)}"
     predicted = predict_memory(
-        profile,
+        text_only,
         context=n_ctx,
         n_gpu_layers=n_gpu_layers,
         kv_type=estimate.kv_type,
@@ -106,6 +112,7 @@ def plan_load(
         experts_on_cpu=experts_on_cpu,
         cpu_amx=hardware.cpu_amx,
         predicted_bytes=predicted.as_dict(),
+        mmproj_path=mmproj_path,
     )
 
 

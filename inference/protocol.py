@@ -173,6 +173,8 @@ class LoadPlan:
     cpu_amx: bool = False
     # What the estimator predicts llama.cpp will allocate, keyed like Loaded.memory_bytes.
     predicted_bytes: dict[str, int] = field(default_factory=dict)
+    # A vision model's multimodal projector (inference.vision), loaded beside the model.
+    mmproj_path: str | None = None
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,16 @@ in a child process. The parent sees a dead pipe and turns it into an error messa
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import faulthandler
 import logging
 import os
 import sys
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -23,8 +25,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from inference.chat_template import RenderedPrompt, control_text_pattern, render_chat
 from inference.estimator import KV_CACHE_TYPES
 from inference.ggml_backends import CpuKernels, load_backends
-from inference.gguf import GGUFError, read_header
+from inference.gguf import GGUFError, GGUFHeader, read_header
 from inference.llama_memory import LlamaLog, gpu_used_bytes
+from inference.projector import projector_problem
 from inference.protocol import (
     ChatMessage,
     CheckingTemplate,
@@ -44,6 +47,7 @@ from inference.protocol import (
     TokenDelta,
 )
 from inference.tensor_overrides import experts_in_system_memory, overridden_tensors
+from inference.vision import ImageSlot, Vision, VisionError
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -64,6 +68,9 @@ SHUTDOWN = "shutdown"
 ADDRESS_SPACE_ENV = "HEARTH_RUNNER_ADDRESS_SPACE_MIB"
 # How many recent tokens the repetition penalty looks at (llama-cpp-python's default, kept for parity).
 PENALTY_LAST_N = 64
+# Where an image goes in a prompt's tokens (no token has a negative id), and what the KV cache holds after
+# a prompt with images: a prefix no later prompt can share, so it is decoded from the start.
+IMAGE_SLOT = -1
 
 
 class StopWindow:
@@ -109,6 +116,12 @@ class _Model:
     vocab: Any
     # The tokens whose keys and values the context's KV cache holds (sequence 0), in order.
     cached: list[int] = field(default_factory=list)
+    vision: Vision | None = None  # with a multimodal projector
+
+    def close(self) -> None:
+        if self.vision is not None:
+            self.vision.close()
+        self.llm.close()
 
 
 def _disable_llama_cpp_template_compilation() -> None:
@@ -170,7 +183,7 @@ class Runner:
     def load(self, request: LoadRequest) -> None:
         plan = request.plan
         if self._model is not None:
-            self._model.llm.close()
+            self._model.close()
             self._model = None
         if not Path(plan.model_path).is_file():
             self._send(Failed("load", ErrorKind.MODEL_MISSING, f"Model file not found: {plan.model_path}"))
@@ -220,6 +233,12 @@ class Runner:
                 message = f"not enough memory to load it with a {plan.n_ctx:,}-token context ({message})"
             self._send(Failed("load", kind, f"llama.cpp could not load the model: {message}"))
             return
+        try:
+            vision = _load_vision(plan, header, llm)
+        except VisionError as exc:
+            llm.close()
+            self._send(Failed("load", ErrorKind.MODEL_INVALID, str(exc)))
+            return
         model = llm._model
         vocab = llama_cpp.llama_model_get_vocab(model.model)
         bos_id, eos_id = model.token_bos(), model.token_eos()
@@ -231,6 +250,7 @@ class Runner:
             eos_text=model.token_get_text(eos_id) if eos_id >= 0 else "",
             add_bos=model.add_bos_token(),
             vocab=vocab,
+            vision=vision,
         )
         # Template code from the model file runs from here on: the client's prompt watchdog takes over.
         self._send(CheckingTemplate())
@@ -263,22 +283,33 @@ class Runner:
         if model is None:
             self._send(Failed(request.request_id, ErrorKind.NOT_LOADED, "No model is loaded."))
             return
-        rendered, tokens = _prompt_tokens(model, request.messages)
-        llm = model.llm
-        self._send(PromptReady(request.request_id, len(tokens), rendered.text.rstrip()[-PROMPT_END_CHARS:]))
-        n_ctx = llm.n_ctx()
-        if len(tokens) >= n_ctx:
-            self._send(
-                Failed(
-                    request.request_id,
-                    ErrorKind.CONTEXT_OVERFLOW,
-                    f"The conversation needs {len(tokens)} tokens but the context holds {n_ctx}. "
-                    "Start a new conversation or raise the context length in settings.",
-                )
-            )
+        images = tuple(image for message in request.messages for image in message.images)
+        if images and model.vision is None:
+            why = "this model has no vision projector, so it cannot see the images in this conversation"
+            self._send(Failed(request.request_id, ErrorKind.MODEL_INVALID, why.capitalize() + "."))
             return
-        stops = request.extra_stop + rendered.stop_strings
-        self._stream(model, request, tokens, stops)
+        rendered, tokens = _prompt_tokens(model, request.messages)
+        with ExitStack() as stack:
+            try:
+                slots = stack.enter_context(model.vision.tokenized(images)) if model.vision and images else []
+            except VisionError as exc:
+                self._send(Failed(request.request_id, ErrorKind.MODEL_INVALID, f"{exc}."))
+                return
+            n_prompt = len(tokens) + sum(slot.n_tokens - 1 for slot in slots)
+            self._send(PromptReady(request.request_id, n_prompt, rendered.text.rstrip()[-PROMPT_END_CHARS:]))
+            n_ctx = model.llm.n_ctx()
+            if n_prompt >= n_ctx:
+                self._send(
+                    Failed(
+                        request.request_id,
+                        ErrorKind.CONTEXT_OVERFLOW,
+                        f"The conversation needs {n_prompt} tokens but the context holds {n_ctx}. "
+                        "Start a new conversation or raise the context length in settings.",
+                    )
+                )
+                return
+            stops = request.extra_stop + rendered.stop_strings
+            self._stream(model, request, tokens, stops, slots, n_prompt)
 
     def count_tokens(self, request: CountTokensRequest) -> None:
         model = self._model
@@ -286,7 +317,16 @@ class Runner:
             self._send(Failed(request.request_id, ErrorKind.NOT_LOADED, "No model is loaded."))
             return
         rendered, tokens = _prompt_tokens(model, request.messages)
-        self._send(TokenCount(request.request_id, len(tokens), model.llm.n_ctx(), rendered.source))
+        images = tuple(image for message in request.messages for image in message.images)
+        n_tokens = len(tokens)
+        if model.vision is not None and images:
+            try:
+                with model.vision.tokenized(images) as slots:
+                    n_tokens += sum(slot.n_tokens - 1 for slot in slots)
+            except VisionError as exc:
+                self._send(Failed(request.request_id, ErrorKind.MODEL_INVALID, f"{exc}."))
+                return
+        self._send(TokenCount(request.request_id, n_tokens, model.llm.n_ctx(), rendered.source))
 
     def _stream(
         self,
@@ -294,6 +334,8 @@ class Runner:
         request: GenerateRequest,
         tokens: list[int],
         stops: tuple[str, ...],
+        images: list[ImageSlot],
+        n_prompt: int,
     ) -> None:
         """The decode loop, on llama.cpp's low-level API: per token one sample, one decode, one piece.
 
@@ -308,7 +350,7 @@ class Runner:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         window = StopWindow(stops)
         piece_buffer = ctypes_buffer()
-        budget = min(sampling.max_tokens, llm.n_ctx() - len(tokens))
+        budget = min(sampling.max_tokens, llm.n_ctx() - n_prompt)
         started = time.perf_counter()
         first_token_at: float | None = None
         pending: list[str] = []
@@ -317,8 +359,12 @@ class Runner:
         last_flush = started - FLUSH_INTERVAL_S
         produced = 0
         reason = StopReason.MAX_TOKENS if budget == sampling.max_tokens else StopReason.CONTEXT_FULL
-        cached = _reuse_prefix(model, tokens)
-        _decode(model, tokens[cached:])
+        if images:
+            cached = 0
+            _decode_with_images(model, tokens, images)
+        else:
+            cached = _reuse_prefix(model, tokens)
+            _decode(model, tokens[cached:])
         ctx = llm.ctx
         sampler = _sampler_chain(sampling, seed, llm.n_vocab())
         one = (llama_cpp.llama_token * 1)()
@@ -368,7 +414,7 @@ class Runner:
             Finished(
                 request.request_id,
                 GenerationStats(
-                    prompt_tokens=len(tokens),
+                    prompt_tokens=n_prompt,
                     cached_prompt_tokens=cached,
                     completion_tokens=produced,
                     time_to_first_token_s=ttft,
@@ -430,6 +476,85 @@ def _decode(model: _Model, tokens: list[int]) -> None:
         model.cached.extend(chunk)
 
 
+def _decode_with_images(model: _Model, tokens: list[int], images: list[ImageSlot]) -> None:
+    """A prompt with images, from the start: its text in batches at explicit positions, each image (at its
+    IMAGE_SLOT) encoded by mtmd into the positions after. Image embeddings depend on the picture, not on
+    tokens, so nothing of the cache can be matched to a later prompt: it is marked as holding none."""
+    import llama_cpp
+
+    assert model.vision is not None
+    ctx = model.llm.ctx
+    llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+    model.cached[:] = [IMAGE_SLOT]
+    step = min(model.plan.n_batch, llama_cpp.llama_n_batch(ctx))
+    pending = iter(images)
+    n_past = 0
+    run: list[int] = []
+    for token in tokens:
+        if token != IMAGE_SLOT:
+            run.append(token)
+            continue
+        n_past = _decode_at(ctx, run, n_past, step, last_alone=False)
+        run = []
+        n_past = model.vision.evaluate(ctx, next(pending), n_past, step)
+    # The prompt ends in the template's own text (the assistant's turn opening): its last token alone, as
+    # _decode does, gives the logits the first reply token is sampled from.
+    _decode_at(ctx, run, n_past, step, last_alone=True)
+
+
+def _decode_at(ctx: Any, tokens: list[int], n_past: int, step: int, *, last_alone: bool) -> int:
+    """Decode `tokens` at positions from `n_past` (after an image the next position is mtmd's to say, so
+    positions are given, not left to llama.cpp), in batches of `step`; returns the next position. Only the
+    last token's logits are kept, when `last_alone`."""
+    import llama_cpp
+
+    body, tail = (tokens[:-1], tokens[-1:]) if last_alone else (tokens, [])
+    chunks = [body[i : i + step] for i in range(0, len(body), step)] + ([tail] if tail else [])
+    for chunk in chunks:
+        if not chunk:
+            continue
+        batch = llama_cpp.llama_batch_init(len(chunk), 0, 1)
+        try:
+            batch.n_tokens = len(chunk)
+            for i, token in enumerate(chunk):
+                batch.token[i] = token
+                batch.pos[i] = n_past + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = last_alone and chunk is chunks[-1] and i == len(chunk) - 1
+            status = llama_cpp.llama_decode(ctx, batch)
+        finally:
+            llama_cpp.llama_batch_free(batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status} while reading the prompt")
+        n_past += len(chunk)
+    return n_past
+
+
+def _load_vision(plan: LoadPlan, header: GGUFHeader, llm: Llama) -> Vision | None:
+    """The model's projector, checked against its header first (mtmd's own check only logs the reason)."""
+    if plan.mmproj_path is None:
+        return None
+    name = Path(plan.mmproj_path).name
+    try:
+        projector = read_header(plan.mmproj_path)
+    except (OSError, GGUFError) as exc:
+        raise VisionError(f"The vision projector {name} cannot be read: {exc}") from exc
+    problem = projector_problem(projector, header)
+    if problem is not None:
+        raise VisionError(f"The vision projector {name} does not fit this model: {problem}")
+    try:
+        return Vision(
+            plan.mmproj_path,
+            llm.model,
+            n_threads=plan.n_threads,
+            use_gpu=plan.n_gpu_layers > 0,
+            flash_attn=plan.flash_attn,
+        )
+    except VisionError as exc:
+        raise VisionError(f"The vision projector {name}: {exc}") from exc
+
+
 def _sampler_chain(sampling: SamplingParams, seed: int, n_vocab: int) -> Any:
     """The same chain `Llama.generate()` builds: repetition penalty, then greedy at temperature 0, else
     top-k, top-p, min-p, temperature and a seeded draw."""
@@ -453,8 +578,16 @@ def _sampler_chain(sampling: SamplingParams, seed: int, n_vocab: int) -> Any:
 
 
 def _prompt_tokens(model: _Model, messages: tuple[ChatMessage, ...]) -> tuple[RenderedPrompt, list[int]]:
-    """The prompt exactly as generation would see it: counting and generating must agree to the token."""
+    """The prompt exactly as generation would see it: counting and generating must agree to the token.
+    Each image of a message is an IMAGE_SLOT before its text, in order."""
     control = _control_tokens(model)
+    # A marker no message can contain: it is made for this prompt.
+    marker = f"<hearth-image-{uuid.uuid4().hex}>" if any(m.images for m in messages) else None
+    if marker is not None:
+        messages = tuple(
+            dataclasses.replace(m, content=marker * len(m.images) + "\n" + m.content) if m.images else m
+            for m in messages
+        )
     rendered = render_chat(
         model.template,
         messages,
@@ -466,7 +599,7 @@ def _prompt_tokens(model: _Model, messages: tuple[ChatMessage, ...]) -> tuple[Re
     add_bos = model.add_bos and not (model.bos_text and prompt.startswith(model.bos_text))
     bos_id = model.llm.token_bos()
     tokens = [bos_id] if add_bos and bos_id >= 0 else []
-    return rendered, tokens + _tokenize_prompt(model, control, rendered)
+    return rendered, tokens + _tokenize_prompt(model, control, rendered, marker)
 
 
 @dataclass(frozen=True)
@@ -518,7 +651,9 @@ def _control_tokens(model: _Model) -> _ControlTokens:
     return control
 
 
-def _tokenize_prompt(model: _Model, control: _ControlTokens, rendered: RenderedPrompt) -> list[int]:
+def _tokenize_prompt(
+    model: _Model, control: _ControlTokens, rendered: RenderedPrompt, image_marker: str | None = None
+) -> list[int]:
     """What `tokenize(text, special=True)` does, except that message text never becomes a control token.
 
     llama.cpp splits the text at control-token texts and tokenizes each stretch between them on its own
@@ -534,10 +669,26 @@ def _tokenize_prompt(model: _Model, control: _ControlTokens, rendered: RenderedP
 
     def add_text(text: str) -> None:
         nonlocal strip_leading
+        if image_marker is not None and image_marker in text:
+            first, *rest = text.split(image_marker)
+            add_text(first)
+            for after in rest:
+                add_image()
+                add_text(after)
+            return
         if strip_leading:
             text = text.lstrip(_ASCII_SPACE)
             strip_leading = not text
         stretch.append(text)
+
+    def add_image() -> None:
+        nonlocal strip_leading
+        plain = "".join(stretch)
+        stretch.clear()
+        if plain:
+            tokens.extend(llm.tokenize(plain.encode("utf-8"), add_bos=False, special=False))
+        tokens.append(IMAGE_SLOT)
+        strip_leading = False
 
     def add_token(text: str) -> None:
         nonlocal strip_leading

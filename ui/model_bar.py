@@ -78,14 +78,13 @@ class ModelBar(QWidget):
         self.prepare_selected()
 
     def images_refused(self) -> str | None:
-        """Why the chosen model cannot be given images (an installed model), or None (a server's model, which
-        may see them, or none chosen)."""
+        """Why the chosen model cannot be given images (an installed text-only model), or None (a vision
+        model, a server's model, which may see them, or none chosen)."""
         model = self._context.session.model
         local = next((m for m in self._local_models if m.name == model), None)
-        if local is None:
+        if local is None or local.vision:
             return None
-        seeing = [m.name for m in self._local_models if m.vision]
-        return image_refusal(local.name, local.vision, seeing)
+        return image_refusal(local.name, [m.name for m in self._local_models if m.vision])
 
     def prepare_selected(self) -> None:
         """Load the chosen model ahead of the first message, unless it crashed the runner last time."""

@@ -150,22 +150,19 @@ def images_of(message: Message, library: DocumentLibrary | None) -> tuple[ImageI
     return tuple(found)
 
 
-def local_image_refusal(library: ModelLibrary, model_name: str, names: Sequence[str]) -> str:
-    """Why images cannot go to an installed model, naming the models that could see them."""
+def local_image_refusal(library: ModelLibrary, model_name: str, names: Sequence[str]) -> str | None:
+    """Why images cannot go to an installed model, naming the models that could see them; None for a
+    vision model (one with its projector)."""
     installed = library.get(model_name)  # an unknown model is named as that first
-    seeing = [m.name for m in library.list_models() if m.vision]
-    return image_refusal(installed.name, installed.vision, seeing, names)
+    if installed.vision:
+        return None
+    return image_refusal(installed.name, [m.name for m in library.list_models() if m.vision], names)
 
 
-def image_refusal(model_name: str, vision: bool, seeing: Sequence[str], names: Sequence[str] = ()) -> str:
-    """The sentence for images an installed model cannot be given: `vision` says whether it has a projector,
-    `seeing` names the installed models that do, `names` the images (none: before any is attached)."""
+def image_refusal(model_name: str, seeing: Sequence[str], names: Sequence[str] = ()) -> str:
+    """The sentence for images a text-only installed model cannot be given: `seeing` names the installed
+    models that can, `names` the images (none: before any is attached)."""
     these = f" ({', '.join(names)})" if names else ""
-    if vision:
-        return (
-            f"{model_name} is a vision model, but Hearth does not send images{these} to local models yet; "
-            "a vision model on a server can see them."
-        )
     which = (
         f"installed models that can see: {', '.join(seeing)}"
         if seeing

@@ -313,6 +313,7 @@ class ChatEngine:
             loaded is not None
             and self._model is not None
             and self._model.sha256 == model.sha256
+            and self._model.projector == model.projector
             and self._context_length == context_length
         ):
             if was_remote and callbacks is not None:
@@ -333,6 +334,8 @@ class ChatEngine:
             gpu_layers=self.settings.gpu_layers,
             n_threads=self.settings.n_threads,
             gpu_offload_supported=backend == "CUDA",
+            mmproj_path=str(model.projector.path) if model.projector is not None else None,
+            projector_bytes=model.projector.size_bytes if model.projector is not None else 0,
         )
         notify = callbacks.model_status if callbacks else (lambda _status: None)
         notify(ModelStatus(model.name, ModelState.LOADING, backend, f"Loading {model.name}…", plan.reason))
@@ -643,11 +646,14 @@ class ChatEngine:
         with the documents it comes with."""
         self._save_unsaved()
         target = self.remote_target(model_name)
-        if target is None and documents.images:
+        refusal = (
+            local_image_refusal(self.library, model_name, [a.name for a in documents.images])
+            if target is None and documents.images
+            else None
+        )
+        if refusal is not None:
             # Before anything is stored or loaded: the prompt stays with the caller.
-            raise HearthError(
-                local_image_refusal(self.library, model_name, [a.name for a in documents.images])
-            )
+            raise HearthError(refusal)
         if target is not None:
             return self._reply_remote(
                 target,
@@ -666,7 +672,7 @@ class ChatEngine:
         model = self._model
         assert model is not None
         system = system_prompt if system_prompt is not None else resolved.system_prompt
-        messages = self._prompt_messages(system, path, prompt)
+        messages = self._prompt_messages(system, path, prompt, with_images=model.vision)
         prepared, fitted = self._plan_local(
             messages, prompt, documents, sampling.max_tokens, bool(system), search=True
         )
@@ -740,7 +746,7 @@ class ChatEngine:
         in their place."""
         prepared = self._prepare_documents(messages, prompt, documents, max_tokens, search=search)
         if prepared is not None and prompt is not None:
-            messages[-1] = ChatMessage("user", prepared.prompt(prompt))
+            messages[-1] = ChatMessage("user", prepared.prompt(prompt), prepared.images)
         unsearched = prepared.context.unsearched_tokens if prepared is not None else 0
 
         def count(candidate: Sequence[ChatMessage]) -> TokenCount:

@@ -124,9 +124,9 @@ def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _refuse_images(core: Core, model: str, paths: Sequence[Path]) -> None:
-    """For an installed model, an attached image is checked as an image (a corrupt one or a decompression
-    bomb is named as such), then refused with the reason before any file is stored: Hearth does not give
-    local models images yet. A server's model is sent them (the documents store checks them the same way)."""
+    """For an installed text-only model, an attached image is checked as an image (a corrupt one or a
+    decompression bomb is named as such), then refused with the reason before any file is stored. A vision
+    model or a server's model is given them (the documents store checks them the same way)."""
     from app.remote.registry import ServerRegistry
 
     if ServerRegistry(core.paths.home).resolve(model) is not None:
@@ -136,8 +136,9 @@ def _refuse_images(core: Core, model: str, paths: Sequence[Path]) -> None:
         if is_image_file(path):
             prepare_image(path.read_bytes(), path.name)
             images.append(path.name)
-    if images:
-        raise HearthError(local_image_refusal(core.library, model, images))
+    refusal = local_image_refusal(core.library, model, images) if images else None
+    if refusal is not None:
+        raise HearthError(refusal)
 
 
 def _chat(

@@ -13,6 +13,7 @@ from app.cli.main import main
 from tests.helpers.hubserver import HubServer, ServedFile, starter_file, starter_model_file
 from tests.helpers.model_files import with_chat_template
 from tests.helpers.projectors import projector_bytes, write_projector
+from tests.helpers.tiny_vision import write_tiny_projector
 
 REPO = "ggml-org/SmolLM2-Vision-GGUF"
 
@@ -97,14 +98,33 @@ def _photo(path: Path) -> Path:
 
 
 @pytest.mark.model
-def test_an_image_names_the_models_that_can_see(model_folder: Path, tmp_path: Path) -> None:
-    write_projector(model_folder / "mmproj-F16.gguf")
+def test_a_local_vision_model_sees_the_image_and_a_text_model_names_the_one_that_can(
+    model_folder: Path, tmp_path: Path
+) -> None:
+    # A real, loadable projector (random weights: what the model says about the picture is noise).
+    write_tiny_projector(model_folder / "mmproj-F16.gguf")
     assert run("models", "import", str(model_folder / "SmolVision.gguf"))[0] == 0
     photo = _photo(tmp_path / "photo.jpg")
     code, out, err = run("chat", "--model", "SmolLM2-135M-Instruct-Q4_1", "--attach", str(photo), "What?")
     assert code == 3 and out == ""
     assert "text-only model (installed models that can see: SmolVision)" in err, err
-    code, out, err = run("chat", "--model", "SmolVision", "--attach", str(photo), "What?")
-    assert code == 3 and "SmolVision is a vision model" in err, err
-    code, out, _ = run("conversations", "list", "--json")
-    assert json.loads(out)["conversations"] == []
+    assert json.loads(run("conversations", "list", "--json")[1])["conversations"] == []
+
+    code, out, err = run(
+        "chat",
+        "--model",
+        "SmolVision",
+        "--attach",
+        str(photo),
+        "--max-tokens",
+        "6",
+        "--temperature",
+        "0",
+        "What?",
+    )
+    assert code == 0 and out, err
+    conversation_id = int(err.split("conversation ")[1].split()[0])
+    prompt, reply = json.loads(run("conversations", "show", str(conversation_id), "--json")[1])["messages"]
+    [attachment] = prompt["attachments"]
+    assert (attachment["name"], attachment["kind"]) == ("photo.jpg", "image")
+    assert reply["status"] == "complete" and reply["content"] == out.strip("\n")
