@@ -16,7 +16,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Mapping
-from contextlib import ExitStack, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -289,27 +289,26 @@ class Runner:
             self._send(Failed(request.request_id, ErrorKind.MODEL_INVALID, why.capitalize() + "."))
             return
         rendered, tokens = _prompt_tokens(model, request.messages)
-        with ExitStack() as stack:
-            try:
-                slots = stack.enter_context(model.vision.tokenized(images)) if model.vision and images else []
-            except VisionError as exc:
-                self._send(Failed(request.request_id, ErrorKind.MODEL_INVALID, f"{exc}."))
-                return
-            n_prompt = len(tokens) + sum(slot.n_tokens - 1 for slot in slots)
-            self._send(PromptReady(request.request_id, n_prompt, rendered.text.rstrip()[-PROMPT_END_CHARS:]))
-            n_ctx = model.llm.n_ctx()
-            if n_prompt >= n_ctx:
-                self._send(
-                    Failed(
-                        request.request_id,
-                        ErrorKind.CONTEXT_OVERFLOW,
-                        f"The conversation needs {n_prompt} tokens but the context holds {n_ctx}. "
-                        "Start a new conversation or raise the context length in settings.",
-                    )
+        try:
+            slots = model.vision.tokenized(images) if model.vision is not None and images else []
+        except VisionError as exc:
+            self._send(Failed(request.request_id, ErrorKind.MODEL_INVALID, f"{exc}."))
+            return
+        n_prompt = len(tokens) + sum(slot.n_tokens - 1 for slot in slots)
+        self._send(PromptReady(request.request_id, n_prompt, rendered.text.rstrip()[-PROMPT_END_CHARS:]))
+        n_ctx = model.llm.n_ctx()
+        if n_prompt >= n_ctx:
+            self._send(
+                Failed(
+                    request.request_id,
+                    ErrorKind.CONTEXT_OVERFLOW,
+                    f"The conversation needs {n_prompt} tokens but the context holds {n_ctx}. "
+                    "Start a new conversation or raise the context length in settings.",
                 )
-                return
-            stops = request.extra_stop + rendered.stop_strings
-            self._stream(model, request, tokens, stops, slots, n_prompt)
+            )
+            return
+        stops = request.extra_stop + rendered.stop_strings
+        self._stream(model, request, tokens, stops, slots, n_prompt)
 
     def count_tokens(self, request: CountTokensRequest) -> None:
         model = self._model
@@ -321,8 +320,7 @@ class Runner:
         n_tokens = len(tokens)
         if model.vision is not None and images:
             try:
-                with model.vision.tokenized(images) as slots:
-                    n_tokens += sum(slot.n_tokens - 1 for slot in slots)
+                n_tokens += sum(slot.n_tokens - 1 for slot in model.vision.tokenized(images))
             except VisionError as exc:
                 self._send(Failed(request.request_id, ErrorKind.MODEL_INVALID, f"{exc}."))
                 return

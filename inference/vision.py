@@ -11,12 +11,17 @@ Everything here runs in the runner process: a projector that crashes llama.cpp t
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterator
-from contextlib import contextmanager
+import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from inference.protocol import ImageInput
+
+# Images kept tokenized (decoded and preprocessed by mtmd, not yet encoded): the context meter and the fit
+# count a prompt before it is sent, and the turn then evaluates the same pictures; each is decoded once.
+# A real projector's preprocessed image is a few MB of floats (896 × 896 × 3 for Gemma 3).
+KEPT_IMAGES: Final = 8
 
 
 class VisionError(RuntimeError):
@@ -58,26 +63,34 @@ class Vision:
                 "llama.cpp could not load the vision projector with this model (the runner log says why: "
                 "usually a projector made for another model)"
             )
+        self._kept: OrderedDict[bytes, ImageSlot] = OrderedDict()
         if not mtmd_cpp.mtmd_support_vision(self._ctx):
             self.close()
             raise VisionError("the projector has no vision encoder")
 
     def close(self) -> None:
+        for slot in self._kept.values():
+            self._mtmd.mtmd_input_chunks_free(slot.chunks)
+        self._kept.clear()
         if self._ctx is not None:
             self._mtmd.mtmd_free(self._ctx)
             self._ctx = None
 
-    @contextmanager
-    def tokenized(self, images: tuple[ImageInput, ...]) -> Iterator[list[ImageSlot]]:
-        """Each image decoded and tokenized (not yet encoded), freed on leaving."""
-        slots: list[ImageSlot] = []
-        try:
-            for image in images:
-                slots.append(self._tokenize(image))
-            yield slots
-        finally:
-            for slot in slots:
-                self._mtmd.mtmd_input_chunks_free(slot.chunks)
+    def tokenized(self, images: tuple[ImageInput, ...]) -> list[ImageSlot]:
+        """Each image decoded and tokenized (not yet encoded); the slots stay valid until more than
+        KEPT_IMAGES other images (or as many as one prompt holds) have been tokenized since."""
+        slots = []
+        for image in images:
+            key = hashlib.sha256(image.data).digest()
+            slot = self._kept.get(key)
+            if slot is None:
+                slot = self._kept[key] = self._tokenize(image)
+            self._kept.move_to_end(key)
+            slots.append(slot)
+        while len(self._kept) > max(KEPT_IMAGES, len(images)):
+            _, oldest = self._kept.popitem(last=False)
+            self._mtmd.mtmd_input_chunks_free(oldest.chunks)
+        return slots
 
     def _tokenize(self, image: ImageInput) -> ImageSlot:
         mtmd = self._mtmd
