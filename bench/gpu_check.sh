@@ -22,7 +22,8 @@
 # its own test model (a 1.2 B-parameter llama-architecture GGUF with random Q8_0 weights and the starter
 # model's tokenizer: bench/gpu/make_model.py), and runs bench/gpu/check.py: doctor sees the GPU, the plan
 # offloads every layer, P7 predicted vs NVML-measured VRAM, G2 headroom after 2,000 generated tokens, a
-# generated mixture-of-experts model loaded with its experts in system memory, G1 app path vs bare decode loop. Exits 1 when a bar is missed.
+# generated mixture-of-experts model loaded with its experts in system memory, a vision projector on the
+# GPU with an image through it, G1 app path vs bare decode loop. Exits 1 when a bar is missed.
 #
 # Environment: HEARTH_VENV (default .venv), HEARTH_GPU_CHECK_TOKENS (default 2000),
 # HEARTH_GPU_CHECK_MODEL=1b (default) or 3b (Llama-3.2-3B proportions, 3.3 GB), or tiny (2 layers: checks

@@ -13,6 +13,9 @@ MoE     a generated mixture-of-experts model (8 layers of 16 experts, 2.2 GB of 
         disk) loaded with its experts in system memory (llama.cpp's --cpu-moe, as inference.planner plans it
         when VRAM is short): every expert tensor overridden to the CPU, the predicted VRAM against NVML's
         measure (P7), and a reply generated
+vision  the same model with a generated multimodal projector as wide as it (tests/helpers/tiny_vision.py,
+        random weights) loaded through the app's runner: mtmd puts the projector on the GPU (its log says
+        "CLIP using CUDA"), an image's embeddings go into the context and a reply is generated
 G1      tokens/s through the whole app path (bench.stream_overhead.app_path: runner → pipe → worker thread →
         Qt signal, SQLite) against a bare llama.cpp decode loop with the plan's offload and flash attention,
         same GGUF, greedy, EOS ignored, in the same run: ratio ≥ 0.95
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import json
 import os
 import subprocess
@@ -44,6 +48,7 @@ from inference.protocol import (
     Failed,
     Finished,
     GenerateRequest,
+    ImageInput,
     LoadPlan,
     SamplingParams,
     TokenDelta,
@@ -137,12 +142,14 @@ def run_checks(model: Path, tokens: int, rounds: int, allow_cpu: bool = False) -
         # itself on a machine without a GPU.
         load_and_generate(None, plan, tokens)
         experts_in_system_memory(None)
+        vision(model, plan, on_gpu=False)
     else:
         gpu = max(hardware.gpus, key=lambda g: g.free_mib)
         nvml = Nvml(gpu.index)
         try:
             results += load_and_generate(nvml, plan, tokens)
             results.append(experts_in_system_memory(nvml))
+            results.append(vision(model, plan, on_gpu=True))
         finally:
             nvml.close()
 
@@ -267,6 +274,42 @@ def experts_in_system_memory(nvml: Nvml | None) -> bool:
         f"{verdict(overridden and generated and p7)}"
     )
     return overridden and generated and p7
+
+
+def vision(model: Path, plan: LoadPlan, *, on_gpu: bool) -> bool:
+    from PIL import Image
+
+    tiny_vision: Any = importlib.import_module("tests.helpers.tiny_vision")
+    width = read_header(model).embedding_length or 0
+    picture = io.BytesIO()
+    Image.new("RGB", (64, 48), "navy").save(picture, format="PNG")
+    image = ImageInput("image/png", picture.getvalue())
+    sampling = replace(SamplingParams(), max_tokens=16, ignore_eos=True)
+    with tempfile.TemporaryDirectory() as work:
+        mmproj = tiny_vision.write_tiny_projector(Path(work) / "mmproj-check.gguf", projection_dim=width)
+        runner_log = Path(work) / "runner.log"
+        client = RunnerClient(runner_log)
+        try:
+            client.load(replace(plan, mmproj_path=str(mmproj)))
+            request = GenerateRequest(
+                "vision", (ChatMessage("user", "Describe the picture.", (image,)),), sampling
+            )
+            events = list(client.generate(request))
+        finally:
+            client.close()
+        log_text = runner_log.read_text(encoding="utf-8", errors="replace")
+    last = events[-1]
+    generated = isinstance(last, Finished) and last.stats.completion_tokens == 16
+    prompt = last.stats.prompt_tokens if isinstance(last, Finished) else 0
+    took_image = prompt > tiny_vision.TINY_IMAGE_TOKENS
+    gpu = "CLIP using CUDA" in log_text
+    where = "on the GPU" if gpu else "on the CPU"
+    ok = generated and took_image and (gpu or not on_gpu)
+    print(
+        f"vision: projector {width} wide loaded {where}; the image's prompt {prompt} tokens "
+        f"({tiny_vision.TINY_IMAGE_TOKENS} of them the image); 16 tokens generated: {generated} {verdict(ok)}"
+    )
+    return ok
 
 
 def main() -> None:
