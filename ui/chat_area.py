@@ -38,6 +38,7 @@ from ui.provenance import ProvenanceDialog
 from ui.row_documents import FileRef, SourceRef
 from ui.safe_browser import ConfirmOpen, OpenUrl
 from ui.status_line import plain_label
+from ui.thumbnails import Thumbnails
 from ui.transcript import Transcript
 from ui.undo_bar import UndoBar
 from ui.window_context import WindowContext
@@ -117,6 +118,10 @@ class ChatArea(QWidget):
         self.damagedBanner.setVisible(context.read_only)
         self.transcript = Transcript(confirm_open=confirm_open, open_url=open_url)
         self.transcript.set_thinking_display(context.services.settings.show_thinking)
+        self.thumbnails = Thumbnails(
+            context.services.documents.files, context.services.documents_worker, self
+        )
+        self.transcript.set_thumbnails(self.thumbnails)
         self.editBanner = QFrame()
         self.editBanner.setObjectName("editBanner")
         self.editLabel = plain_label("editLabel")

@@ -8,11 +8,11 @@ asks it what a click hit, `ui.row_painter` paints it. Strings are in the "Transc
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import QCoreApplication, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
+from PySide6.QtCore import QCoreApplication, QRectF, QSizeF, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
 
 from app.conversations.records import MessagePart
 from app.documents.library import Attachment
@@ -24,6 +24,10 @@ CHIP_GAP = 6
 LINE_PAD = 3
 # Of a passage, this much is shown on its line (the dialog shows all of it).
 SNIPPET_CHARS = 240
+# An image's chip: its thumbnail fitted in this box, its name under it.
+THUMB_WIDTH = 128
+THUMB_HEIGHT = 96
+IMAGE_KIND = "image"
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,10 @@ class FileRef:
     @property
     def label(self) -> str:
         return describe_file(self.name, self.kind, self.size_bytes, self.pages)
+
+    @property
+    def image(self) -> bool:
+        return self.kind == IMAGE_KIND and self.sha256 is not None
 
 
 @dataclass(frozen=True)
@@ -100,21 +108,27 @@ def layout_documents(
     width: float,
     top: float,
 ) -> DocumentsGeometry | None:
-    """Chips flow left to right and wrap; the Sources line, then (expanded) one line per passage."""
+    """Chips flow left to right and wrap (an image's is its thumbnail over its name); the Sources line,
+    then (expanded) one line per passage."""
     if not files and not sources:
         return None
     metrics = QFontMetricsF(font)
     line = math.ceil(metrics.height())
     geometry = DocumentsGeometry()
     x, y = left, top
+    tallest = 0.0  # of the chips on the current line
     for ref in files:
-        w = min(width, metrics.horizontalAdvance(ref.label) + 2 * CHIP_PAD)
+        if ref.image:
+            w, h = min(width, THUMB_WIDTH + 2 * LINE_PAD), THUMB_HEIGHT + line + 3 * LINE_PAD
+        else:
+            w, h = min(width, metrics.horizontalAdvance(ref.label) + 2 * CHIP_PAD), line + 2 * LINE_PAD
         if x > left and x + w > left + width:
-            x, y = left, y + line + 2 * LINE_PAD + CHIP_GAP
-        geometry.chips.append(QRectF(x, y, w, line + 2 * LINE_PAD))
+            x, y, tallest = left, y + tallest + CHIP_GAP, 0.0
+        geometry.chips.append(QRectF(x, y, w, h))
+        tallest = max(tallest, h)
         x += w + CHIP_GAP
     if files:
-        y += line + 2 * LINE_PAD + CHIP_GAP
+        y += tallest + CHIP_GAP
     if sources:
         label = sources_label(len(sources), expanded)
         geometry.toggle = QRectF(left, y, metrics.horizontalAdvance(label) + 2 * LINE_PAD, line + LINE_PAD)
@@ -140,6 +154,28 @@ def hit_documents(geometry: DocumentsGeometry, x: float, y: float) -> tuple[str,
     return None
 
 
+def thumbnail_box(chip: QRectF) -> QRectF:
+    """Where an image chip's thumbnail goes: the box above its name."""
+    return QRectF(chip.left() + LINE_PAD, chip.top() + LINE_PAD, chip.width() - 2 * LINE_PAD, THUMB_HEIGHT)
+
+
+def _paint_thumbnail(
+    painter: QPainter, chip: QRectF, image: QImage | None, metrics: QFontMetricsF, theme: Theme
+) -> None:
+    box = thumbnail_box(chip)
+    if image is None:
+        painter.setPen(QColor(theme.muted))
+        painter.drawText(box, int(Qt.AlignmentFlag.AlignCenter), "…")
+        return
+    fitted = QSizeF(image.size()).scaled(box.size(), Qt.AspectRatioMode.KeepAspectRatio)
+    target = QRectF(0, 0, fitted.width(), fitted.height())
+    target.moveCenter(box.center())
+    painter.save()
+    painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform)
+    painter.drawImage(target, image)
+    painter.restore()
+
+
 def paint_documents(
     painter: QPainter,
     geometry: DocumentsGeometry,
@@ -149,7 +185,9 @@ def paint_documents(
     font: QFont,
     theme: Theme,
     hover: tuple[str, str] | None,
+    thumbnail: Callable[[str], QImage | None] = lambda _sha256: None,
 ) -> None:
+    """`thumbnail` gives an image's thumbnail by its sha256, or None while it is being made."""
     painter.setFont(font)
     metrics = QFontMetricsF(font)
     centred = int(Qt.AlignmentFlag.AlignCenter)
@@ -158,6 +196,16 @@ def paint_documents(
         hovered = hover == ("file", str(index))
         painter.setPen(QPen(QColor(theme.assistant_border if not hovered else theme.text), 1))
         painter.setBrush(QColor(theme.list_hover if hovered else theme.window))
+        if ref.image and ref.sha256 is not None:
+            painter.drawRoundedRect(rect, 6, 6)
+            _paint_thumbnail(painter, rect, thumbnail(ref.sha256), metrics, theme)
+            label = QRectF(
+                rect.left(), rect.bottom() - metrics.height() - LINE_PAD, rect.width(), metrics.height()
+            )
+            painter.setPen(QColor(theme.text))
+            name = metrics.elidedText(ref.name, Qt.TextElideMode.ElideMiddle, rect.width() - 2 * LINE_PAD)
+            painter.drawText(label, centred, name)
+            continue
         painter.drawRoundedRect(rect, rect.height() / 2, rect.height() / 2)
         painter.setPen(QColor(theme.text))
         text = metrics.elidedText(ref.label, Qt.TextElideMode.ElideMiddle, rect.width() - 2 * CHIP_PAD)

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from PySide6.QtCore import QCoreApplication, QPointF, QRectF, QSize, Qt
-from PySide6.QtGui import QAbstractTextDocumentLayout, QColor, QPainter, QPalette, QPen, QPixmap
+from PySide6.QtGui import QAbstractTextDocumentLayout, QColor, QImage, QPainter, QPalette, QPen, QPixmap
 
 from ui.markdown import Segment
 from ui.message_row import (
@@ -81,6 +81,7 @@ class RowPainter:
         hover: Hit | None,
         action_enabled: Callable[[int, str], bool],
         images: PieceImages,
+        thumbnail: Callable[[str], QImage | None] = lambda _sha256: None,
     ) -> None:
         self._theme = theme
         self._fonts = fonts
@@ -90,6 +91,7 @@ class RowPainter:
         self._hover = hover
         self._action_enabled = action_enabled
         self._images = images
+        self._thumbnail = thumbnail
 
     def paint_row(self, painter: QPainter, row: MessageRow, top: float, bottom: float, now: float) -> None:
         """Paint `row`, the part of it from `top` to `bottom` (row coordinates), with the painter at the
@@ -149,6 +151,7 @@ class RowPainter:
                 self._fonts.small,
                 theme,
                 over,
+                self._thumbnail,
             )
         painter.setFont(self._fonts.small)
         flags = int(Qt.TextFlag.TextWordWrap)

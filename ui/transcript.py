@@ -41,6 +41,7 @@ from PySide6.QtGui import (
     QDesktopServices,
     QGuiApplication,
     QHelpEvent,
+    QImage,
     QMouseEvent,
     QPainter,
     QPaintEvent,
@@ -62,6 +63,7 @@ from ui.message_row import (
 from ui.row_painter import PieceImages, RowPainter
 from ui.row_view import FLUSH_INTERVAL_MS, ROW_SPACING, VIEW_MARGIN, RowView
 from ui.safe_browser import ConfirmOpen, OpenUrl, confirm_open_url, is_openable
+from ui.thumbnails import Thumbnails
 
 # Memory for images of pieces as painted (a few screens of them).
 PIECE_IMAGES_BYTES = 48 * 1024 * 1024
@@ -103,6 +105,7 @@ class Transcript(RowView):
         # Per streaming row: what stops it hearing from its live reply.
         self._live_links: dict[int, Callable[[], None]] = {}
         self._piece_images = PieceImages(PIECE_IMAGES_BYTES)
+        self._thumbnail: Callable[[str], QImage | None] = lambda _sha256: None
         self._feedback_timer = QTimer(self)
         self._feedback_timer.setSingleShot(True)
         self._feedback_timer.timeout.connect(self._clear_feedback)
@@ -112,6 +115,11 @@ class Transcript(RowView):
         self._thinking_timer = QTimer(self)
         self._thinking_timer.setInterval(THINKING_TICK_MS)
         self._thinking_timer.timeout.connect(self._tick_thinking)
+
+    def set_thumbnails(self, thumbnails: Thumbnails) -> None:
+        """Where image chips get their thumbnails; the rows repaint as each one is made."""
+        self._thumbnail = thumbnails.image
+        thumbnails.ready.connect(lambda _sha256: self.viewport().update())
 
     # -- rows ---------------------------------------------------------------------------------------
 
@@ -496,6 +504,7 @@ class Transcript(RowView):
             hover=self._hover,
             action_enabled=self.action_enabled,
             images=self._piece_images,
+            thumbnail=self._thumbnail,
         )
         for index in self._visible_range(value + exposed.top(), value + exposed.bottom() + 1):
             row = self._rows[index]

@@ -82,6 +82,21 @@ def test_a_pasted_screenshot_goes_to_a_servers_model_as_a_picture(
     [part] = prompt.attachments
     assert part.meta["kind"] == "image" and part.mime_type == "image/png"
 
+    # In the transcript the picture shows as a thumbnail, made off the GUI thread, over its name.
+    (user_row,) = rows(window, "user")
+    (chip,) = user_row.entry.files
+    assert chip.image and chip.sha256 == part.file_sha256
+    assert part.file_sha256 is not None
+    qtbot.waitUntil(lambda: window.chatArea.thumbnails.image(part.file_sha256) is not None, timeout=WAIT_MS)
+    transcript = window.transcript
+    rect = transcript.documents_rect(prompt.id, "file", 0)
+    assert rect.height() > 90, rect
+    transcript.viewport().repaint()
+    shot = transcript.viewport().grab().toImage()
+    ratio = shot.devicePixelRatio()
+    centre = shot.pixelColor(int(rect.center().x() * ratio), int((rect.top() + 40) * ratio))
+    assert (centre.red(), centre.green(), centre.blue()) == (0, 128, 128), centre.name()
+
 
 @pytest.mark.model
 def test_the_installed_text_only_model_says_why_it_takes_no_images_and_stores_none(
