@@ -85,9 +85,9 @@ def test_a_pasted_screenshot_goes_to_a_servers_model_as_a_picture(
     # In the transcript the picture shows as a thumbnail, made off the GUI thread, over its name.
     (user_row,) = rows(window, "user")
     (chip,) = user_row.entry.files
-    assert chip.image and chip.sha256 == part.file_sha256
-    assert part.file_sha256 is not None
-    qtbot.waitUntil(lambda: window.chatArea.thumbnails.image(part.file_sha256) is not None, timeout=WAIT_MS)
+    sha256 = part.file_sha256
+    assert chip.image and sha256 is not None and chip.sha256 == sha256
+    qtbot.waitUntil(lambda: window.chatArea.thumbnails.image(sha256) is not None, timeout=WAIT_MS)
     transcript = window.transcript
     rect = transcript.documents_rect(prompt.id, "file", 0)
     assert rect.height() > 90, rect
