@@ -112,3 +112,28 @@ def test_a_broken_image_for_a_server_is_one_line_and_nothing_is_stored_or_sent(
     assert not [r for r in lab.requests if r.path.endswith("/chat/completions")]
     assert json.loads(run("conversations", "list", "--json")[1])["conversations"] == []
     assert not any(p.is_file() for p in resolve_home().attachments_dir.rglob("*"))
+
+
+def test_an_image_travels_with_its_conversation_through_export_and_import(
+    lab: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = photo(tmp_path / "harbour.jpg", (800, 600))
+    code, _, err = run("chat", "--model", "lab/echo", "--attach", str(original), "Which harbour is this?")
+    assert code == 0, err
+    conversation_id = err.split("conversation ")[1].split()[0]
+    exported = tmp_path / "chat.json"
+    assert (
+        run("conversations", "export", conversation_id, "--format", "json", "--output", str(exported))[0] == 0
+    )
+
+    # Another Hearth home: the picture arrives with the conversation, byte for byte.
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "other-home"))
+    code, out, err = run("conversations", "import", str(exported), "--json")
+    assert code == 0, err
+    [imported] = json.loads(run("conversations", "list", "--json")[1])["conversations"]
+    [prompt, _reply] = json.loads(run("conversations", "show", str(imported["id"]), "--json")[1])["messages"]
+    [attachment] = prompt["attachments"]
+    digest = hashlib.sha256(original.read_bytes()).hexdigest()
+    assert (attachment["name"], attachment["kind"], attachment["sha256"]) == ("harbour.jpg", "image", digest)
+    stored = resolve_home().attachments_dir / digest[:2] / digest
+    assert stored.read_bytes() == original.read_bytes()
