@@ -128,7 +128,7 @@ def test_an_image_travels_with_its_conversation_through_export_and_import(
 
     # Another Hearth home: the picture arrives with the conversation, byte for byte.
     monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "other-home"))
-    code, out, err = run("conversations", "import", str(exported), "--json")
+    code, _, err = run("conversations", "import", str(exported), "--json")
     assert code == 0, err
     [imported] = json.loads(run("conversations", "list", "--json")[1])["conversations"]
     [prompt, _reply] = json.loads(run("conversations", "show", str(imported["id"]), "--json")[1])["messages"]
