@@ -63,6 +63,8 @@ class Settings:
     theme: str = "system"
     language: str = "system"
     show_thinking: str = "collapsed"
+    # An attached PDF also goes to a model that can see as pictures of its first pages (app.images.pdf_pages).
+    pdf_pages_as_images: bool = False
     # The OpenAI-compatible API on 127.0.0.1 (app.local_api.server): off until the user turns it on.
     local_server_enabled: bool = False
     local_server_port: int = 8765
@@ -94,6 +96,7 @@ _VALIDATORS: dict[str, _Rule] = {
     "language": (lambda v: v in LANGUAGES, " or ".join(f'"{t}"' for t in LANGUAGES)),
     "show_thinking": (lambda v: v in THINKING_DISPLAYS, " or ".join(f'"{t}"' for t in THINKING_DISPLAYS)),
     "local_server_enabled": (lambda v: isinstance(v, bool), "true or false"),
+    "pdf_pages_as_images": (lambda v: isinstance(v, bool), "true or false"),
     "local_server_port": (lambda v: _is_int(v) and 1 <= v <= 65535, "a port number from 1 to 65535"),
     "model_defaults": (
         lambda v: _valid_model_defaults(v),

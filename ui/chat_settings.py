@@ -29,6 +29,7 @@ class ChatSettings(QObject):
         self.panel = SettingsPanel()
         self.panel.preset_name_asker = context.dialogs.ask
         self.panel.set_thinking_display(context.services.settings.show_thinking)
+        self.panel.set_pdf_pages(context.services.settings.pdf_pages_as_images)
         self.panel.hide()
 
         panel, session = self.panel, context.session
@@ -39,6 +40,7 @@ class ChatSettings(QObject):
         panel.resetRequested.connect(self._reset)
         panel.overflowPolicyChanged.connect(self._set_overflow_policy)
         panel.thinkingDisplayChanged.connect(self._set_thinking_display)
+        panel.pdfPagesChanged.connect(self._set_pdf_pages)
         session.conversation_loaded.connect(self.load)
         session.settings_saved.connect(self._saved)
         session.settings_reset.connect(self._was_reset)
@@ -91,6 +93,9 @@ class ChatSettings(QObject):
 
     def _set_thinking_display(self, display: str) -> None:
         self._context.services.update_settings(show_thinking=display)
+
+    def _set_pdf_pages(self, enabled: bool) -> None:
+        self._context.services.update_settings(pdf_pages_as_images=enabled)
 
     def _set_overflow_policy(self, policy: str) -> None:
         self._context.services.update_settings(overflow_policy=policy)

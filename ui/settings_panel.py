@@ -13,6 +13,7 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.images.pdf_pages import MAX_PAGES
 from app.settings import GENERATION_KEYS, Settings
 from inference.protocol import SAMPLING_SETTINGS, SamplingParams, SamplingSetting
 from ui.dialogs import AskText
@@ -59,6 +61,8 @@ class SettingsPanel(QWidget):
     overflowPolicyChanged = Signal(str)
     # How replies' reasoning is shown, for every chat: "collapsed", "expanded" or "hidden".
     thinkingDisplayChanged = Signal(str)
+    # bool: whether attached PDFs also go as pictures of their pages to a model that can see.
+    pdfPagesChanged = Signal(bool)
     closeRequested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -105,6 +109,9 @@ class SettingsPanel(QWidget):
         for display in ("collapsed", "expanded", "hidden"):
             self.thinkingDisplay.addItem("", display)
 
+        self.pdfPages = QCheckBox()
+        self.pdfPages.setObjectName("pdfPagesAsImages")
+
         self.saveDefaults = QPushButton()
         self.saveDefaults.setObjectName("saveModelDefaults")
         self.resetButton = QPushButton()
@@ -147,6 +154,7 @@ class SettingsPanel(QWidget):
         layout.addWidget(self.systemLabel)
         layout.addWidget(self.systemPrompt)
         layout.addLayout(self.form)
+        layout.addWidget(self.pdfPages)
         layout.addWidget(self.contextNote)
         layout.addLayout(bottom)
         layout.addStretch(1)
@@ -166,6 +174,7 @@ class SettingsPanel(QWidget):
         self.resetButton.clicked.connect(self.resetRequested)
         self.overflowPolicy.activated.connect(self._policy_picked)
         self.thinkingDisplay.activated.connect(self._thinking_picked)
+        self.pdfPages.clicked.connect(self.pdfPagesChanged)
         self.preset_name_asker: AskText | None = None
         self.retranslate()
 
@@ -203,6 +212,13 @@ class SettingsPanel(QWidget):
         self.thinkingDisplay.setToolTip(
             self.tr("For every chat: how a reasoning model's thinking is first shown above its answer")
         )
+        self.pdfPages.setText(self.tr("Send PDF pages as pictures to models that can see"))
+        self.pdfPages.setToolTip(
+            self.tr(
+                "For every chat: an attached PDF's first {n} pages also go as pictures to a vision model, "
+                "for charts, scans and forms; each page takes hundreds of tokens of the context"
+            ).format(n=MAX_PAGES)
+        )
         self.contextNote.setText(self.tr("A new context length applies when the model is next loaded."))
         self.saveDefaults.setText(self.tr("Use for this model"))
         self.saveDefaults.setToolTip(self.tr("New chats with this model start from these settings"))
@@ -232,6 +248,9 @@ class SettingsPanel(QWidget):
     def set_policy(self, policy: str) -> None:
         index = self.overflowPolicy.findData(policy)
         self.overflowPolicy.setCurrentIndex(max(0, index))
+
+    def set_pdf_pages(self, enabled: bool) -> None:
+        self.pdfPages.setChecked(enabled)
 
     def set_thinking_display(self, display: str) -> None:
         self.thinkingDisplay.setCurrentIndex(max(0, self.thinkingDisplay.findData(display)))

@@ -11,7 +11,9 @@ from app.conversations.records import Message
 from app.conversations.store import PartInput
 from app.documents.context import AttachedText, DocumentContext, Passage, plan
 from app.documents.library import Attachment, DocumentLibrary
+from app.documents.model import DocumentKind
 from app.errors import HearthError
+from app.images.pdf_pages import page_images
 from app.images.prepare import IMAGE_KIND
 from app.library.installed import ModelLibrary
 from inference.protocol import ImageInput
@@ -25,6 +27,8 @@ class TurnDocuments:
 
     attachments: tuple[Attachment, ...] = ()
     collections: tuple[str, ...] = ()
+    # Attached PDFs also as pictures of their pages, for a model that can see; None: as the settings say.
+    pdf_pages: bool | None = None
 
     @property
     def empty(self) -> bool:
@@ -54,10 +58,12 @@ def prepare(
     budget_tokens: int,
     count_tokens: Callable[[str], int],
     search: bool = True,
+    pdf_pages: bool = False,
 ) -> PreparedDocuments | None:
     """The turn's documents planned into `budget_tokens`, and its images prepared for a vision model.
     `search` False: the plan the context meter shows before Send, the same except that nothing is searched
-    (see app.documents.context.plan) and no image is decoded."""
+    (see app.documents.context.plan) and no image is decoded. `pdf_pages`: attached PDFs' first pages go as
+    pictures too, after the attached pictures."""
     if documents.empty:
         return None
     if library is None:
@@ -97,6 +103,10 @@ def prepare(
         for a in documents.attachments
     )
     images = tuple(library.image_input(a.name, a.sha256) for a in documents.images) if search else ()
+    if search and pdf_pages:
+        for a in documents.attachments:
+            if a.kind == DocumentKind.PDF:
+                images += tuple(page_images(library.files.path(a.sha256).read_bytes(), a.name))
     attached = {a.sha256 for a in documents.attachments}
     reply_parts = tuple(
         PartInput(

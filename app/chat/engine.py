@@ -773,6 +773,7 @@ class ChatEngine:
         def count_tokens(text: str) -> int:
             return self._count([ChatMessage("user", text)]).n_tokens - framing
 
+        assert self._model is not None
         return prepare(
             self.documents,
             documents,
@@ -780,7 +781,11 @@ class ChatEngine:
             budget_tokens=budget(counted.n_ctx, counted.n_tokens, reserve),
             count_tokens=count_tokens,
             search=search,
+            pdf_pages=self._model.vision and self._pdf_pages(documents),
         )
+
+    def _pdf_pages(self, documents: TurnDocuments) -> bool:
+        return documents.pdf_pages if documents.pdf_pages is not None else self.settings.pdf_pages_as_images
 
     def _plan_remote_documents(
         self,
@@ -804,6 +809,7 @@ class ChatEngine:
             budget_tokens=budget(context_tokens, _estimate(listed), max_tokens),
             count_tokens=estimate_tokens,
             search=search,
+            pdf_pages=self._pdf_pages(documents),
         )
         if prepared is not None:
             listed[-1] = ChatMessage("user", prepared.prompt(prompt))

@@ -58,6 +58,13 @@ def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     chat.add_argument(
         "--docs", metavar="NAME", action="append", default=[], help="answer from this collection; repeatable"
     )
+    chat.add_argument(
+        "--pdf-pages-as-images",
+        action="store_true",
+        default=None,
+        help="for a model that can see: also send attached PDFs' first pages as pictures (default: the "
+        "pdf_pages_as_images setting)",
+    )
     chat.add_argument("prompt", metavar="PROMPT")
 
 
@@ -118,7 +125,8 @@ def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         attached = tuple(documents.attach(path) for path in args.attach)
         for name in args.docs:
             documents.collections.get(name)
-        return _chat(core, args, out, err, documents, TurnDocuments(attached, tuple(args.docs)))
+        turn = TurnDocuments(attached, tuple(args.docs), pdf_pages=args.pdf_pages_as_images)
+        return _chat(core, args, out, err, documents, turn)
     finally:
         documents.close()
 

@@ -1826,6 +1826,14 @@
         <translation>适用于所有对话：推理模型的思考过程在回答上方最初如何显示</translation>
     </message>
     <message>
+        <source>Send PDF pages as pictures to models that can see</source>
+        <translation>将 PDF 页面以图片形式发送给能看图的模型</translation>
+    </message>
+    <message>
+        <source>For every chat: an attached PDF&apos;s first {n} pages also go as pictures to a vision model, for charts, scans and forms; each page takes hundreds of tokens of the context</source>
+        <translation>对所有聊天：附加的 PDF 的前 {n} 页也会以图片形式发送给视觉模型，适合图表、扫描件和表单；每页约占上下文中数百个 token</translation>
+    </message>
+    <message>
         <source>A new context length applies when the model is next loaded.</source>
         <translation>新的上下文长度将在下次加载模型时生效。</translation>
     </message>

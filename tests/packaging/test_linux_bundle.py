@@ -25,6 +25,9 @@ import psutil
 import pytest
 
 from app.library.installed import STARTER_NAME, STARTER_SHA256
+from tests.helpers.document_files import pdf_bytes
+from tests.helpers.hubserver import starter_model_file
+from tests.helpers.tiny_vision import TINY_IMAGE_TOKENS, write_tiny_projector
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
@@ -230,6 +233,35 @@ def test_offline_chat_with_the_bundled_starter_model(hearth: Path, tmp_path: Pat
 
     listed = run(hearth, "models", "list", "--json", "--home", str(home), tmp_path=tmp_path)
     assert [m["sha256"] for m in json.loads(listed.stdout)["models"]] == [STARTER_SHA256]
+
+
+def test_frozen_app_sees_pdf_pages_through_a_vision_projector(hearth: Path, tmp_path: Path) -> None:
+    """mtmd, pypdfium2 (libpdfium through ctypes) and Pillow, frozen: a vision model (the starter model with
+    a generated projector) is imported, and a PDF's pages go to it as pictures."""
+    home = tmp_path / "home"
+    folder = tmp_path / "vision"
+    folder.mkdir()
+    shutil.copy(starter_model_file(), folder / "vision.gguf")
+    write_tiny_projector(folder / "mmproj-F16.gguf")
+    report = tmp_path / "report.pdf"
+    report.write_bytes(pdf_bytes([["Harbour lights"], ["Tide tables"]]))
+    imported = run(
+        hearth, "models", "import", str(folder / "vision.gguf"), "--home", str(home), tmp_path=tmp_path
+    )
+    assert imported.returncode == 0 and "vision projector mmproj-F16.gguf" in imported.stdout, imported.stderr
+    result = run(
+        hearth,
+        "chat", "--home", str(home), "--model", "vision", "--attach", str(report), "--pdf-pages-as-images",
+        "--max-tokens", "4", "--temperature", "0", "What do the pages show?",
+        tmp_path=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    shown = run(hearth, "conversations", "show", "1", "--json", "--home", str(home), tmp_path=tmp_path)
+    prompt, reply = json.loads(shown.stdout)["messages"]
+    assert reply["status"] == "complete"
+    # Two pages of TINY_IMAGE_TOKENS each, beside the text layer.
+    assert reply["prompt_tokens"] > 2 * TINY_IMAGE_TOKENS
+    assert prompt["attachments"][0]["name"] == "report.pdf"
 
 
 def test_frozen_app_answers_a_long_prompt(hearth: Path, tmp_path: Path) -> None:

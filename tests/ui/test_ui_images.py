@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from PySide6.QtCore import QMimeData
+from PySide6.QtCore import QMimeData, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QImage
+from PySide6.QtTest import QTest
 from pytestqt.qtbot import QtBot
 
 from app.paths import HearthPaths, resolve_home
@@ -119,3 +120,17 @@ def test_the_installed_text_only_model_says_why_it_takes_no_images_and_stores_no
     paste_screenshot(window, 40, 30)
     qtbot.waitUntil(lambda: not tray.reading, timeout=WAIT_MS)
     assert tray.chips == [] and stored_files() == []
+
+
+def test_pdf_pages_as_pictures_is_a_setting_for_every_chat(
+    gui: GuiSessions, qtbot: QtBot, hermetic_home: Path
+) -> None:
+    home = HearthPaths(hermetic_home)
+    session = gui.open(home, preload_model=False)
+    box = session.window.settingsPanel.pdfPages
+    assert not box.isChecked() and "first 8 pages" in box.toolTip()
+    QTest.mouseClick(box, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: session.services.settings.pdf_pages_as_images, timeout=WAIT_MS)
+    session.close()
+    again = gui.open(home, preload_model=False)
+    assert again.window.settingsPanel.pdfPages.isChecked()

@@ -16,7 +16,10 @@ import pytest
 from PIL import Image
 
 from app.cli.main import main
+from app.errors import HearthError
+from app.images.pdf_pages import MAX_PAGES, page_images
 from app.paths import resolve_home
+from tests.helpers.document_files import pdf_bytes
 from tests.helpers.images import png_claiming
 from tests.helpers.openai_peer import FaultServer
 
@@ -137,3 +140,36 @@ def test_an_image_travels_with_its_conversation_through_export_and_import(
     assert (attachment["name"], attachment["kind"], attachment["sha256"]) == ("harbour.jpg", "image", digest)
     stored = resolve_home().attachments_dir / digest[:2] / digest
     assert stored.read_bytes() == original.read_bytes()
+
+
+def test_pdf_pages_go_as_pictures_when_asked(lab: FaultServer, tmp_path: Path) -> None:
+    report = tmp_path / "report.pdf"
+    report.write_bytes(pdf_bytes([["Harbour lights", "Tide tables"], ["Storms"], ["Ferries"]]))
+    code, _, err = run("chat", "--model", "lab/echo", "--attach", str(report), "Summarise it.")
+    assert code == 0, err
+    [plain] = sent_messages(lab)
+    assert isinstance(plain["content"], str) and "Tide tables" in plain["content"]
+
+    code, _, err = run(
+        "chat", "--model", "lab/echo", "--attach", str(report), "--pdf-pages-as-images", "Summarise it."
+    )
+    assert code == 0, err
+    [user] = sent_messages(lab)
+    text, *pages = user["content"]
+    assert text["type"] == "text" and "Tide tables" in text["text"]  # the text layer still goes in
+    assert len(pages) == 3
+    for page in pages:
+        picture = decoded(page)
+        assert max(picture.size) == 1024 and picture.mode == "RGB"
+
+
+def test_pages_of_a_pdf_are_rendered_within_bounds(tmp_path: Path) -> None:
+    pages = page_images(pdf_bytes([[f"Page {n}"] for n in range(12)]), "long.pdf")
+    assert len(pages) == MAX_PAGES
+    first = Image.open(io.BytesIO(pages[0].data))
+    assert pages[0].mime_type == "image/png" and max(first.size) == 1024
+    # White paper with black text: both are there.
+    darkest, lightest = first.convert("L").getextrema()
+    assert isinstance(darkest, int) and darkest < 100 and lightest == 255
+    with pytest.raises(HearthError, match=r"broken\.pdf could not be rendered"):
+        page_images(b"%PDF-1.7 not really", "broken.pdf")
