@@ -162,7 +162,8 @@ class DocumentLibrary:
         except FileNotFoundError:
             missing = f"The attached image {name or sha256[:12]} is missing; attach it again."
             raise HearthError(missing) from None
-        prepared = prepare_image(data, name or sha256[:12], max_side=max_side)
+        # Decoded in full when it was attached (an imported one is checked by the model's side).
+        prepared = prepare_image(data, name or sha256[:12], max_side=max_side, verified=True)
         return ImageInput(prepared.mime_type, prepared.data)
 
     def attached_text(self, name: str, sha256: str) -> AttachedText:

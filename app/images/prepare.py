@@ -105,13 +105,22 @@ def probe_image(data: bytes, name: str = "the image") -> ImageInfo:
         return _info(image, name)
 
 
-def prepare_image(data: bytes, name: str = "the image", *, max_side: int = DEFAULT_MAX_SIDE) -> PreparedImage:
+def prepare_image(
+    data: bytes, name: str = "the image", *, max_side: int = DEFAULT_MAX_SIDE, verified: bool = False
+) -> PreparedImage:
     """Decode, apply the EXIF orientation, flatten transparency onto white, convert to RGB and scale the
-    long side down to `max_side` (never up). Raises ImageError for anything a model cannot be given."""
+    long side down to `max_side` (never up). Raises ImageError for anything a model cannot be given.
+
+    `verified`: the bytes were decoded in full before (when they were attached). A JPEG or PNG that needs
+    none of the changes (upright, RGB, one frame, small enough) is then given as it is, from its header
+    alone: no second decode, and no re-encoding that would cost time and lose detail.
+    """
     if max_side < 1:
         raise ValueError("max_side must be at least 1 pixel")
     with _open(data, name) as image:
         info = _info(image, name)
+        if verified and _as_it_is(image, info, max_side):
+            return PreparedImage(data, info.mime_type, info.width, info.height, info)
         if info.format == "JPEG":
             # Decodes at 1/2, 1/4 or 1/8 scale when that still leaves at least max_side on the long side.
             image.draft("RGB", _bounding_box(info, max_side))
@@ -131,6 +140,20 @@ def prepare_image(data: bytes, name: str = "the image", *, max_side: int = DEFAU
             rgb.save(out, format="JPEG", quality=_JPEG_QUALITY)
             mime = "image/jpeg"
         return PreparedImage(out.getvalue(), mime, rgb.width, rgb.height, info)
+
+
+def _as_it_is(image: Image.Image, info: ImageInfo, max_side: int) -> bool:
+    """Whether a model can be given the file itself: what preparing it would make of it is the same."""
+    return (
+        info.format in ("JPEG", "PNG")
+        and info.frames == 1
+        and image.mode == "RGB"
+        and max(info.width, info.height) <= max_side
+        and image.getexif().get(_EXIF_ORIENTATION, 1) == 1
+    )
+
+
+_EXIF_ORIENTATION: Final = 0x0112
 
 
 def _open(data: bytes, name: str) -> Image.Image:

@@ -154,3 +154,23 @@ def test_an_image_is_told_from_a_document_by_its_first_bytes(fmt: str) -> None:
 )
 def test_documents_and_other_files_are_not_taken_for_images(head: bytes) -> None:
     assert image_format(head) is None
+
+
+def test_a_verified_image_that_needs_no_change_is_given_as_it_is() -> None:
+    upright = io.BytesIO()
+    Image.effect_noise((640, 480), 40).convert("RGB").save(upright, format="JPEG", quality=80)
+    data = upright.getvalue()
+    given = prepare_image(data, "upright.jpg", verified=True)
+    assert given.data is data and (given.width, given.height, given.mime_type) == (640, 480, "image/jpeg")
+    # Unverified, it is decoded (a corrupt file must be named) and so re-encoded.
+    assert prepare_image(data, "upright.jpg").data != data
+    # Anything to change, and it is prepared as ever: turned, too large, not RGB.
+    turned = io.BytesIO()
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.effect_noise((640, 480), 40).convert("RGB").save(turned, format="JPEG", exif=exif)
+    assert prepare_image(turned.getvalue(), "turned.jpg", verified=True).width == 480
+    assert prepare_image(data, "upright.jpg", max_side=320, verified=True).width == 320
+    grey = io.BytesIO()
+    Image.effect_noise((64, 48), 40).save(grey, format="PNG")  # mode L
+    assert prepare_image(grey.getvalue(), "grey.png", verified=True).data != grey.getvalue()
