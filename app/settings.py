@@ -20,6 +20,7 @@ from typing import Any, TypeGuard
 from app.errors import HearthError
 from app.events import Event
 from app.fsutil import fsync_directory
+from inference.projector import DEFAULT_MAX_IMAGE_SIDE
 from inference.protocol import SAMPLING_SETTINGS, SamplingParams
 
 log = logging.getLogger("hearth.settings")
@@ -65,6 +66,8 @@ class Settings:
     show_thinking: str = "collapsed"
     # An attached PDF also goes to a model that can see as pictures of its first pages (app.images.pdf_pages).
     pdf_pages_as_images: bool = False
+    # The long side, in pixels, a picture is scaled down to before a model is given it (never up).
+    image_max_side: int = DEFAULT_MAX_IMAGE_SIDE
     # The OpenAI-compatible API on 127.0.0.1 (app.local_api.server): off until the user turns it on.
     local_server_enabled: bool = False
     local_server_port: int = 8765
@@ -97,6 +100,7 @@ _VALIDATORS: dict[str, _Rule] = {
     "show_thinking": (lambda v: v in THINKING_DISPLAYS, " or ".join(f'"{t}"' for t in THINKING_DISPLAYS)),
     "local_server_enabled": (lambda v: isinstance(v, bool), "true or false"),
     "pdf_pages_as_images": (lambda v: isinstance(v, bool), "true or false"),
+    "image_max_side": (lambda v: _is_int(v) and 224 <= v <= 8192, "a number of pixels from 224 to 8192"),
     "local_server_port": (lambda v: _is_int(v) and 1 <= v <= 65535, "a port number from 1 to 65535"),
     "model_defaults": (
         lambda v: _valid_model_defaults(v),

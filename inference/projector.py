@@ -18,7 +18,8 @@ from typing import Final
 from inference.gguf import GGUFHeader
 
 PROJECTOR_ARCHITECTURE: Final = "clip"
-# Hearth's own limit on an image's long side (app.images.prepare resizes to it by default).
+# Hearth's default limit on an image's long side (the image_max_side setting; app.images.prepare resizes to
+# it): the fit counts a dynamic-resolution projector's tokens for a picture this large.
 DEFAULT_MAX_IMAGE_SIDE: Final = 2048
 
 # Projector types whose output is a fixed square grid: (image_size / patch_size)² patches, pooled by

@@ -13,8 +13,8 @@ from app.documents.context import AttachedText, DocumentContext, Passage, plan
 from app.documents.library import Attachment, DocumentLibrary
 from app.documents.model import DocumentKind
 from app.errors import HearthError
-from app.images.pdf_pages import page_images
-from app.images.prepare import IMAGE_KIND
+from app.images.pdf_pages import PAGE_SIDE, page_images
+from app.images.prepare import DEFAULT_MAX_SIDE, IMAGE_KIND
 from app.library.installed import ModelLibrary
 from inference.protocol import ImageInput
 
@@ -59,11 +59,12 @@ def prepare(
     count_tokens: Callable[[str], int],
     search: bool = True,
     pdf_pages: bool = False,
+    image_side: int = DEFAULT_MAX_SIDE,
 ) -> PreparedDocuments | None:
     """The turn's documents planned into `budget_tokens`, and its images prepared for a vision model.
     `search` False: the plan the context meter shows before Send, the same except that nothing is searched
     (see app.documents.context.plan) and no image is decoded. `pdf_pages`: attached PDFs' first pages go as
-    pictures too, after the attached pictures."""
+    pictures too, after the attached pictures. Pictures are at most `image_side` on their long side."""
     if documents.empty:
         return None
     if library is None:
@@ -102,11 +103,18 @@ def prepare(
         )
         for a in documents.attachments
     )
-    images = tuple(library.image_input(a.name, a.sha256) for a in documents.images) if search else ()
+    images = (
+        tuple(library.image_input(a.name, a.sha256, max_side=image_side) for a in documents.images)
+        if search
+        else ()
+    )
     if search and pdf_pages:
         for a in documents.attachments:
             if a.kind == DocumentKind.PDF:
-                images += tuple(page_images(library.files.path(a.sha256).read_bytes(), a.name))
+                pages = page_images(
+                    library.files.path(a.sha256).read_bytes(), a.name, side=min(image_side, PAGE_SIDE)
+                )
+                images += tuple(pages)
     attached = {a.sha256 for a in documents.attachments}
     reply_parts = tuple(
         PartInput(
@@ -144,7 +152,9 @@ def prompt_attachments(message: Message) -> tuple[Attachment, ...]:
     )
 
 
-def images_of(message: Message, library: DocumentLibrary | None) -> tuple[ImageInput, ...]:
+def images_of(
+    message: Message, library: DocumentLibrary | None, image_side: int = DEFAULT_MAX_SIDE
+) -> tuple[ImageInput, ...]:
     """The pictures an earlier prompt was sent with, prepared again: a follow-up question is often about
     them. An image whose file is gone is left out rather than failing the turn."""
     if library is None:
@@ -154,7 +164,7 @@ def images_of(message: Message, library: DocumentLibrary | None) -> tuple[ImageI
         if part.meta.get("kind") != IMAGE_KIND or not part.file_sha256:
             continue
         try:
-            found.append(library.image_input(part.name or "image", part.file_sha256))
+            found.append(library.image_input(part.name or "image", part.file_sha256, max_side=image_side))
         except HearthError as exc:
             log.info("an earlier image is left out of the prompt: %s", exc)
     return tuple(found)

@@ -50,6 +50,7 @@ from inference.ggml_backends import CpuKernelMemory
 from inference.gguf import GGUFError, GGUFHeader, read_header
 from inference.hardware import HardwareReport, llama_backend, probe_hardware
 from inference.planner import plan_load, smaller_plan
+from inference.projector import DEFAULT_MAX_IMAGE_SIDE
 from inference.protocol import (
     SAMPLING_SETTINGS,
     ChatMessage,
@@ -198,7 +199,11 @@ def _memory_note(planned: LoadPlan, loaded: LoadPlan) -> str:
 
 
 def history_for_prompt(
-    messages: list[Message], documents: DocumentLibrary | None = None, *, with_images: bool = False
+    messages: list[Message],
+    documents: DocumentLibrary | None = None,
+    *,
+    with_images: bool = False,
+    image_side: int = DEFAULT_MAX_IMAGE_SIDE,
 ) -> list[ChatMessage]:
     """Earlier turns as the model should see them: failed replies with no text are left out, and a prompt's
     attachments that went in whole go in again, with its images when the model can see (`with_images`)."""
@@ -206,7 +211,7 @@ def history_for_prompt(
         ChatMessage(
             m.role,
             as_the_model_read_it(m, documents) if m.role == "user" else m.content,
-            images_of(m, documents) if with_images and m.role == "user" else (),
+            images_of(m, documents, image_side) if with_images and m.role == "user" else (),
         )
         for m in messages
         if m.role in ("system", "user", "assistant") and (m.content or m.role == "user")
@@ -782,6 +787,7 @@ class ChatEngine:
             count_tokens=count_tokens,
             search=search,
             pdf_pages=self._model.vision and self._pdf_pages(documents),
+            image_side=self.settings.image_max_side,
         )
 
     def _pdf_pages(self, documents: TurnDocuments) -> bool:
@@ -810,6 +816,7 @@ class ChatEngine:
             count_tokens=estimate_tokens,
             search=search,
             pdf_pages=self._pdf_pages(documents),
+            image_side=self.settings.image_max_side,
         )
         if prepared is not None:
             listed[-1] = ChatMessage("user", prepared.prompt(prompt))
@@ -895,7 +902,9 @@ class ChatEngine:
         difference). With images: earlier prompts' pictures, for a model that may see them."""
         messages = [ChatMessage("system", system)] if system else []
         documents = self.documents if with_documents else None
-        messages += history_for_prompt(path, documents, with_images=with_images)
+        messages += history_for_prompt(
+            path, documents, with_images=with_images, image_side=self.settings.image_max_side
+        )
         if prompt is not None:
             messages.append(ChatMessage("user", prompt))
         return messages

@@ -19,6 +19,7 @@ from typing import Final
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from app.errors import HearthError
+from inference.projector import DEFAULT_MAX_IMAGE_SIDE
 
 # Pillow's format name → the MIME type the file is stored and sent under.
 ACCEPTED_FORMATS: Final = {
@@ -30,8 +31,9 @@ ACCEPTED_FORMATS: Final = {
 }
 # An attachment's kind (app.documents.library.Attachment.kind) when it is an image rather than a document.
 IMAGE_KIND: Final = "image"
-# The long side a model is given by default (a setting): larger photos are scaled down, never up.
-DEFAULT_MAX_SIDE: Final = 2048
+# The long side a model is given by default (the image_max_side setting): larger photos are scaled down,
+# never up.
+DEFAULT_MAX_SIDE: Final = DEFAULT_MAX_IMAGE_SIDE
 # What a real photo may have: 108-megapixel phone cameras (12,000 × 9,000) pass, a decompression bomb
 # (a few KB claiming gigapixels) does not.
 MAX_PIXELS: Final = 120_000_000

@@ -259,14 +259,19 @@ def split_set_problem(headers: Sequence[GGUFHeader]) -> str | None:
     return None
 
 
-def _valid_header(path: Path, index: int = 1, count: int = 1) -> GGUFHeader:
-    what = path.name if count == 1 else f"{path.name} (part {index} of {count})"
+def _read_gguf(path: Path, unusable: str) -> GGUFHeader:
+    """The header, or InvalidModelFile saying `unusable` ("x.gguf is not a usable …") and why."""
     try:
-        header = read_header(path)
+        return read_header(path)
     except GGUFError as exc:
-        raise InvalidModelFile(f"{what} is not a usable GGUF model: {exc}.") from exc
+        raise InvalidModelFile(f"{unusable}: {exc}.") from exc
     except OSError as exc:
         raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+
+
+def _valid_header(path: Path, index: int = 1, count: int = 1) -> GGUFHeader:
+    what = path.name if count == 1 else f"{path.name} (part {index} of {count})"
+    header = _read_gguf(path, f"{what} is not a usable GGUF model")
     problem = model_header_problem(header) or split_part_problem(header, index, count)
     if problem is not None:
         raise InvalidModelFile(f"{what} is not a usable GGUF model: {problem}.")
@@ -296,12 +301,7 @@ def check_projector(path: Path, model: GGUFHeader) -> GGUFHeader:
     """Validate a multimodal projector for `model`: a readable GGUF file with a vision encoder, as wide as the
     model. Raises InvalidModelFile (or HearthError when it cannot be read) with the reason."""
     path = Path(path)
-    try:
-        header = read_header(path)
-    except GGUFError as exc:
-        raise InvalidModelFile(f"{path.name} is not a usable multimodal projector: {exc}.") from exc
-    except OSError as exc:
-        raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    header = _read_gguf(path, f"{path.name} is not a usable multimodal projector")
     problem = projector_problem(header, model)
     if problem is not None:
         raise InvalidModelFile(f"{path.name} cannot be used as this model's projector: {problem}.")

@@ -166,6 +166,15 @@ def rows(window: MainWindow, role: str | None = None) -> list[MessageRow]:
     return [row for row in window.transcript.rows() if role is None or row.role == role]
 
 
+def pick(window: MainWindow, data: str) -> None:
+    """Choose an entry of the model picker as a user's click does (activated, not just current)."""
+    picker = window.modelPicker
+    index = picker.findData(data)
+    assert index >= 0, f"{data!r} is not in the picker"
+    picker.setCurrentIndex(index)
+    picker.activated.emit(index)
+
+
 def click_message_action(window: MainWindow, message_id: int, action: str) -> None:
     """Click a message's action button where the transcript paints it."""
     transcript = window.transcript

@@ -18,20 +18,12 @@ from pytestqt.qtbot import QtBot
 from app.paths import HearthPaths, resolve_home
 from app.remote.registry import ServerRegistry
 from tests.helpers.openai_peer import FaultServer
-from tests.helpers.ui_fixtures import GuiSessions, click, rows
+from tests.helpers.ui_fixtures import GuiSessions, click, pick, rows
 from ui.main_window import MainWindow
 
 pytestmark = pytest.mark.gui
 
 WAIT_MS = 30_000
-
-
-def pick(window: MainWindow, data: str) -> None:
-    picker = window.modelPicker
-    index = picker.findData(data)
-    assert index >= 0, f"{data!r} is not in the picker"
-    picker.setCurrentIndex(index)
-    picker.activated.emit(index)
 
 
 def paste_screenshot(window: MainWindow, width: int, height: int) -> None:

@@ -29,7 +29,7 @@ from app.paths import resolve_home
 from app.remote.registry import SERVERS_FILE, ServerRegistry
 from app.settings import Settings, save_settings
 from tests.helpers.openai_peer import FAULT_MODELS, FaultServer, LlamaPeer, make_certificates, serve_faults
-from tests.helpers.ui_fixtures import GuiSessions, Ticker, click, rows
+from tests.helpers.ui_fixtures import GuiSessions, Ticker, click, pick, rows
 from ui.main_window import MainWindow
 from ui.model_bar import ADD_SERVER, MANAGE_SERVERS
 from ui.provenance import ProvenanceDialog
@@ -43,15 +43,6 @@ WAIT_MS = 20_000
 MAX_EVENT_LOOP_GAP_S = 1.0
 RIGHT_KEY = "sk-right-0000000000"
 WRONG_KEY = "sk-wrong-1111111111"
-
-
-def pick(window: MainWindow, data: str) -> None:
-    """Choose an entry of the model picker as a user's click does (activated, not just current)."""
-    picker = window.modelPicker
-    index = picker.findData(data)
-    assert index >= 0, f"{data!r} is not in the picker"
-    picker.setCurrentIndex(index)
-    picker.activated.emit(index)
 
 
 def picker_texts(window: MainWindow) -> list[str]:

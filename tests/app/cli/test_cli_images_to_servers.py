@@ -19,6 +19,7 @@ from app.cli.main import main
 from app.errors import HearthError
 from app.images.pdf_pages import MAX_PAGES, page_images
 from app.paths import resolve_home
+from app.settings import Settings, save_settings
 from tests.helpers.document_files import pdf_bytes
 from tests.helpers.images import png_claiming
 from tests.helpers.openai_peer import FaultServer
@@ -173,3 +174,16 @@ def test_pages_of_a_pdf_are_rendered_within_bounds(tmp_path: Path) -> None:
     assert isinstance(darkest, int) and darkest < 100 and lightest == 255
     with pytest.raises(HearthError, match=r"broken\.pdf could not be rendered"):
         page_images(b"%PDF-1.7 not really", "broken.pdf")
+
+
+def test_the_largest_side_a_model_is_given_is_a_setting(lab: FaultServer, tmp_path: Path) -> None:
+    save_settings(resolve_home().settings_path, Settings(image_max_side=512))
+    original = photo(tmp_path / "wide.jpg", (3000, 1000))
+    assert run("chat", "--model", "lab/echo", "--attach", str(original), "What is it?")[0] == 0
+    [user] = sent_messages(lab)
+    assert decoded(user["content"][1]).size == (512, 171)
+    # A value out of range is its default, as for every setting (and the log says so).
+    save_settings(resolve_home().settings_path, Settings(image_max_side=10))
+    assert run("chat", "--model", "lab/echo", "--attach", str(original), "What is it?")[0] == 0
+    [user] = sent_messages(lab)
+    assert decoded(user["content"][1]).size == (2048, 683)
