@@ -236,8 +236,8 @@ def test_offline_chat_with_the_bundled_starter_model(hearth: Path, tmp_path: Pat
 
 
 def test_frozen_app_sees_pdf_pages_through_a_vision_projector(hearth: Path, tmp_path: Path) -> None:
-    """mtmd, pypdfium2 (libpdfium through ctypes) and Pillow, frozen: a vision model (the starter model with
-    a generated projector) is imported, and a PDF's pages go to it as pictures."""
+    """mtmd, pypdfium2 (libpdfium through ctypes) and Pillow, frozen: the bundled starter model is given a
+    generated projector (its own bytes imported again with one), and a PDF's pages go to it as pictures."""
     home = tmp_path / "home"
     folder = tmp_path / "vision"
     folder.mkdir()
@@ -251,8 +251,8 @@ def test_frozen_app_sees_pdf_pages_through_a_vision_projector(hearth: Path, tmp_
     assert imported.returncode == 0 and "vision projector mmproj-F16.gguf" in imported.stdout, imported.stderr
     result = run(
         hearth,
-        "chat", "--home", str(home), "--model", "vision", "--attach", str(report), "--pdf-pages-as-images",
-        "--max-tokens", "4", "--temperature", "0", "What do the pages show?",
+        "chat", "--home", str(home), "--model", STARTER_NAME, "--attach", str(report),
+        "--pdf-pages-as-images", "--max-tokens", "4", "--temperature", "0", "What do the pages show?",
         tmp_path=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
