@@ -457,21 +457,23 @@ def _decode(model: _Model, tokens: list[int]) -> None:
     a logit for some batch sizes: 16 and 35 tokens, not 24 or 32). Alone, it gives the same logits whether
     the cache held all the prompt but that token or none of it: the same seed gives the same reply.
     """
+    _decode_at(
+        model.llm.ctx,
+        tokens,
+        len(model.cached),
+        _batch_step(model),
+        last_alone=True,
+        done=model.cached.extend,
+    )
+
+
+def _batch_step(model: _Model) -> int:
+    """Prompt tokens per llama_decode. llama.cpp caps the batch at the context length it was asked for
+    (before rounding the context up to 256), and aborts the whole process on a larger batch: a 128-token
+    setting with a 200-token prompt."""
     import llama_cpp
 
-    # llama.cpp caps the batch at the context length it was asked for (before rounding the context up to
-    # 256), and aborts the whole process on a larger batch: a 128-token setting with a 200-token prompt.
-    step = min(model.plan.n_batch, llama_cpp.llama_n_batch(model.llm.ctx))
-    body = tokens[:-1]
-    chunks = [body[start : start + step] for start in range(0, len(body), step)] + [tokens[-1:]]
-    for chunk in chunks:
-        if not chunk:
-            continue
-        array = (llama_cpp.llama_token * len(chunk))(*chunk)
-        status = llama_cpp.llama_decode(model.llm.ctx, llama_cpp.llama_batch_get_one(array, len(chunk)))
-        if status != 0:
-            raise RuntimeError(f"llama_decode failed with status {status} while reading the prompt")
-        model.cached.extend(chunk)
+    return min(model.plan.n_batch, int(llama_cpp.llama_n_batch(model.llm.ctx)))
 
 
 def _decode_with_images(model: _Model, tokens: list[int], images: list[ImageSlot]) -> None:
@@ -484,7 +486,7 @@ def _decode_with_images(model: _Model, tokens: list[int], images: list[ImageSlot
     ctx = model.llm.ctx
     llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
     model.cached[:] = [IMAGE_SLOT]
-    step = min(model.plan.n_batch, llama_cpp.llama_n_batch(ctx))
+    step = _batch_step(model)
     pending = iter(images)
     n_past = 0
     run: list[int] = []
@@ -500,10 +502,19 @@ def _decode_with_images(model: _Model, tokens: list[int], images: list[ImageSlot
     _decode_at(ctx, run, n_past, step, last_alone=True)
 
 
-def _decode_at(ctx: Any, tokens: list[int], n_past: int, step: int, *, last_alone: bool) -> int:
+def _decode_at(
+    ctx: Any,
+    tokens: list[int],
+    n_past: int,
+    step: int,
+    *,
+    last_alone: bool,
+    done: Callable[[list[int]], object] = lambda _chunk: None,
+) -> int:
     """Decode `tokens` at positions from `n_past` (after an image the next position is mtmd's to say, so
-    positions are given, not left to llama.cpp), in batches of `step`; returns the next position. Only the
-    last token's logits are kept, when `last_alone`."""
+    positions are given, not left to llama.cpp), in batches of `step`, calling `done` with each batch once
+    it is in the cache; returns the next position. Only the last token's logits are kept, when
+    `last_alone`."""
     import llama_cpp
 
     body, tail = (tokens[:-1], tokens[-1:]) if last_alone else (tokens, [])
@@ -525,6 +536,7 @@ def _decode_at(ctx: Any, tokens: list[int], n_past: int, step: int, *, last_alon
             llama_cpp.llama_batch_free(batch)
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status} while reading the prompt")
+        done(chunk)
         n_past += len(chunk)
     return n_past
 
@@ -679,12 +691,14 @@ def _tokenize_prompt(
             strip_leading = not text
         stretch.append(text)
 
-    def add_image() -> None:
-        nonlocal strip_leading
-        plain = "".join(stretch)
-        stretch.clear()
+    def add_plain(plain: str) -> None:
         if plain:
             tokens.extend(llm.tokenize(plain.encode("utf-8"), add_bos=False, special=False))
+
+    def add_image() -> None:
+        nonlocal strip_leading
+        add_plain("".join(stretch))
+        stretch.clear()
         tokens.append(IMAGE_SLOT)
         strip_leading = False
 
@@ -694,8 +708,7 @@ def _tokenize_prompt(
         if text in control.lstrip:
             plain = plain.rstrip(_ASCII_SPACE)
         stretch.clear()
-        if plain:
-            tokens.extend(llm.tokenize(plain.encode("utf-8"), add_bos=False, special=False))
+        add_plain(plain)
         tokens.append(control.ids[text])
         strip_leading = text in control.rstrip
 
@@ -709,9 +722,7 @@ def _tokenize_prompt(
             add_token(match.group())
             position = match.end()
         add_text(piece[position:])
-    rest = "".join(stretch)
-    if rest:
-        tokens.extend(llm.tokenize(rest.encode("utf-8"), add_bos=False, special=False))
+    add_plain("".join(stretch))
     return tokens
 
 
