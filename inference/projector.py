@@ -57,10 +57,6 @@ class ProjectorInfo:
     weights_bytes: int
     image_tokens: int | None  # a full-size image's tokens in the context; None when the type is unknown
 
-    @property
-    def kind(self) -> str:
-        return " and ".join(k for k, on in (("vision", self.has_vision), ("audio", self.has_audio)) if on)
-
 
 # Of several projectors for one model, F16 first, as llama.cpp's converter writes them and the peers download
 # them: BF16 is slow on CPUs without bf16 instructions, F32 twice the size, a quantized one less accurate.

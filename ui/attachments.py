@@ -164,8 +164,8 @@ class AttachmentTray(QWidget):
         refused = self._images_refused()
         tip = QCoreApplication.translate(
             "Attachments",
-            "Attach documents, or images for a vision model on a server, to the next message (you can also "
-            "drop or paste files)",
+            "Attach documents, or images for a model that can see, to the next message (you can also drop or "
+            "paste files)",
         )
         if refused is not None:
             tip += "\n" + QCoreApplication.translate("Attachments", "Images: {why}").format(why=refused)

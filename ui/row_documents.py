@@ -16,6 +16,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
 
 from app.conversations.records import MessagePart
 from app.documents.library import Attachment
+from app.images.prepare import IMAGE_KIND
 from ui.attachments import describe_file
 from ui.theme import Theme
 
@@ -27,7 +28,6 @@ SNIPPET_CHARS = 240
 # An image's chip: its thumbnail fitted in this box, its name under it.
 THUMB_WIDTH = 128
 THUMB_HEIGHT = 96
-IMAGE_KIND = "image"
 
 
 @dataclass(frozen=True)
@@ -159,9 +159,7 @@ def thumbnail_box(chip: QRectF) -> QRectF:
     return QRectF(chip.left() + LINE_PAD, chip.top() + LINE_PAD, chip.width() - 2 * LINE_PAD, THUMB_HEIGHT)
 
 
-def _paint_thumbnail(
-    painter: QPainter, chip: QRectF, image: QImage | None, metrics: QFontMetricsF, theme: Theme
-) -> None:
+def _paint_thumbnail(painter: QPainter, chip: QRectF, image: QImage | None, theme: Theme) -> None:
     box = thumbnail_box(chip)
     if image is None:
         painter.setPen(QColor(theme.muted))
@@ -198,7 +196,7 @@ def paint_documents(
         painter.setBrush(QColor(theme.list_hover if hovered else theme.window))
         if ref.image and ref.sha256 is not None:
             painter.drawRoundedRect(rect, 6, 6)
-            _paint_thumbnail(painter, rect, thumbnail(ref.sha256), metrics, theme)
+            _paint_thumbnail(painter, rect, thumbnail(ref.sha256), theme)
             label = QRectF(
                 rect.left(), rect.bottom() - metrics.height() - LINE_PAD, rect.width(), metrics.height()
             )

@@ -53,7 +53,8 @@ def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="attach a file (PDF, DOCX, XLSX, CSV, PPTX, HTML, Markdown, text, code, EPUB) or an image (PNG, "
-        "JPEG, WebP, GIF, BMP: for a vision model on a server); repeatable",
+        "JPEG, WebP, GIF, BMP: for a model that can see, installed with its projector or on a server); "
+        "repeatable",
     )
     chat.add_argument(
         "--docs", metavar="NAME", action="append", default=[], help="answer from this collection; repeatable"
@@ -117,7 +118,7 @@ class StreamToStdout(TurnCallbacks):
 
 
 def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    # Images for an installed model are refused before any file is stored: Hearth gives them to servers only.
+    # Images for a text-only installed model are refused before any file is stored.
     _refuse_images(core, args.model, args.attach)
     documents = core.documents()
     try:

@@ -144,14 +144,13 @@ def _cmd_import(core: Core, args: argparse.Namespace, out: TextIO) -> int:
     mmproj = Path(args.mmproj) if args.mmproj else None
     model = core.library.import_file(Path(args.path), name=args.name, mmproj=mmproj)
     projector = model.projector
-    gained = projector is not None and projector != before.get(model.name)
     if model.name in before:
         # The library keeps one entry per file: importing it again copies nothing and renames nothing.
         ignored = f"; --name {args.name!r} was not applied" if args.name and args.name != model.name else ""
         out.write(f"{args.path} is already installed as {model.name} (sha256 {model.sha256}){ignored}\n")
     else:
         out.write(f"Imported {model.name} ({model.quantization or '?'}, sha256 {model.sha256})\n")
-    if projector is not None and gained:
+    if projector is not None and projector != before.get(model.name):
         out.write(
             f"with its vision projector {projector.filename} (sha256 {projector.sha256}): it can see images\n"
         )

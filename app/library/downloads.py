@@ -319,7 +319,14 @@ class Downloader:
         """
         control = control or DownloadControl()
         parts = self._checked_parts(listing, model.parts)
-        projector = self._checked_parts(listing, (model.projector,))[0] if model.projector else None
+        # The projector goes last, fetched and checked once the model is in place: its part and where it goes.
+        projector: tuple[_Part, Path] | None = None
+        if model.projector is not None:
+            [projector_part] = self._checked_parts(listing, (model.projector,))
+            projector = (
+                projector_part,
+                local_path(self.models_dir, listing.repo_id, projector_part.filename),
+            )
         existing = self._library.find_hub_file(listing.repo_id, model.filename)
         if existing is not None:
             installed_shas = [p.sha256 for p in existing.parts] or [existing.sha256]
@@ -333,11 +340,8 @@ class Downloader:
             )
         name = self._available_name(name, listing.repo_id, model)
         targets = [local_path(self.models_dir, listing.repo_id, p.filename) for p in parts]
-        projector_target = (
-            local_path(self.models_dir, listing.repo_id, projector.filename) if projector else None
-        )
-        files = [*parts, *([projector] if projector else [])]
-        file_targets = [*targets, *([projector_target] if projector_target else [])]
+        files = [*parts, *([projector[0]] if projector else [])]
+        file_targets = [*targets, *([projector[1]] if projector else [])]
         self._check_free_space(files, file_targets)
 
         meter = _Meter(progress, sum(p.size for p in files), len(files))
@@ -356,13 +360,14 @@ class Downloader:
                 ) from exc
             header = header or checked
             done_before += part.size
-        if projector is not None and projector_target is not None and header is not None:
+        if projector is not None:
+            assert header is not None  # a model has at least one part
             meter.next_part(done_before)
-            self._fetch(listing, projector, projector_target, len(files), control, meter)
+            self._fetch(listing, projector[0], projector[1], len(files), control, meter)
             try:
-                check_projector(projector_target, header)
+                check_projector(projector[1], header)
             except InvalidModelFile as exc:
-                self._delete(targets + self._unshared([projector_target]))
+                self._delete(targets + self._unshared([projector[1]]))
                 raise InvalidModelFile(
                     f"{listing.repo_id}: {exc} The download was deleted and nothing was installed."
                 ) from exc
@@ -383,14 +388,14 @@ class Downloader:
                 filename=model.filename,
                 parts=model_parts,
                 projector=(
-                    ModelPart(projector.filename, projector_target, projector.size, projector.sha256)
-                    if projector is not None and projector_target is not None
+                    ModelPart(projector[0].filename, projector[1], projector[0].size, projector[0].sha256)
+                    if projector is not None
                     else None
                 ),
             )
         except InvalidModelFile:
             # The Hub vouched for these bytes, but they are not a model llama.cpp should be given.
-            self._delete(targets + self._unshared([t for t in (projector_target,) if t is not None]))
+            self._delete(targets + self._unshared(file_targets[len(targets) :]))
             raise
         for target in file_targets:
             _sidecar(target, STATE_SUFFIX).unlink(missing_ok=True)
@@ -408,10 +413,8 @@ class Downloader:
                     target.unlink(missing_ok=True)
 
     def _unshared(self, projectors: list[Path]) -> list[Path]:
-        """Those of these projector files no installed model is loaded with (one repo's quantizations
-        share one projector: deleting it would break the others)."""
-        used = {m.projector.path for m in self._library.list_models() if m.projector is not None}
-        return [p for p in projectors if p not in used]
+        """Those of these projector files no installed model is loaded with."""
+        return [p for p in projectors if not self._library.projector_in_use(p)]
 
     def _checked_parts(self, listing: RepoListing, files: Sequence[RemoteFile]) -> list[_Part]:
         parts: list[_Part] = []

@@ -479,11 +479,14 @@ class ModelLibrary:
         check_projector(mmproj, header)
         return mmproj
 
+    def _projector_path(self, name: str) -> Path:
+        # Named like every projector, so tools that list models folders skip it as llama.cpp's do.
+        return self.models_dir / f"mmproj-{name}.gguf"
+
     def _projector_target(self, name: str, source: Path | None) -> Path | None:
         if source is None:
             return None
-        # Named like every projector, so tools that list models folders skip it as llama.cpp's do.
-        target = self.models_dir / f"mmproj-{name}.gguf"
+        target = self._projector_path(name)
         if target.exists():
             raise HearthError(f"{target} already exists but is not in the library; move it away first.")
         return target
@@ -498,9 +501,9 @@ class ModelLibrary:
         if model.projector is not None and sha256_file(source) == model.projector.sha256:
             return model
         previous = model.projector
-        target = self.models_dir / f"mmproj-{model.name}.gguf"
+        target = self._projector_path(model.name)
         # The new one is written beside the old under another name: a failed copy leaves the old one working.
-        staged = self.models_dir / f"mmproj-{model.name}.new.gguf"
+        staged = target.with_suffix(".new.gguf")
         self.models_dir.mkdir(parents=True, exist_ok=True)
         copied = self._copy_projector(source, staged)
         assert copied is not None
@@ -792,6 +795,12 @@ class ModelLibrary:
             row = self._row(session, name)
             row.last_loaded_at = datetime.now(UTC)
             row.last_load_error = None
+
+    def projector_in_use(self, path: Path) -> bool:
+        """Whether an installed model is loaded with this projector file (quantizations of one repo share
+        it: deleting it would break the others)."""
+        with self._db.read_session() as session:
+            return self._projector_in_use(session, path)
 
     @staticmethod
     def _projector_in_use(session: Session, path: Path) -> bool:

@@ -2,8 +2,8 @@
 
 `assess_listing` reads every GGUF header of a repo listing (range requests), pairs each model with the
 projector that fits it, estimates how each file fits the machine (or a what-if one) and picks the
-recommended file; `remove_installed` deletes a model and the
-repo folders its download created; `disk_usage` says what the models folder holds.
+recommended file; `remove_installed` deletes a model and the repo folders its download created;
+`disk_usage` says what the models folder holds.
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@
         <translation>附加文件…</translation>
     </message>
     <message>
-        <source>Attach documents, or images for a vision model on a server, to the next message (you can also drop or paste files)</source>
-        <translation>为下一条消息附加文档，或给服务器上的视觉模型附加图片（也可以拖放或粘贴文件）</translation>
+        <source>Attach documents, or images for a model that can see, to the next message (you can also drop or paste files)</source>
+        <translation>为下一条消息附加文档，或给能看图的模型附加图片（也可以拖放或粘贴文件）</translation>
     </message>
     <message>
         <source>Images: {why}</source>
