@@ -44,6 +44,32 @@ _DYNAMIC: Final[Mapping[str, tuple[int, int, int]]] = {
 }
 # Unpooled square grids (LLaVA's MLP projectors): every patch is a token.
 _UNPOOLED: Final = frozenset({"mlp", "phi4", "janus_pro"})
+# What mtmd's preprocessor (`init_vision` in tools/mtmd/mtmd.cpp) does to a picture, for the types where it
+# is one resize: a fixed square of image_size (LLaVA's family tiles instead when the header lists
+# `clip.vision.image_grid_pinpoints`), or a pixel budget (Qwen-VL's smart resize).
+_SQUARE_RESIZE: Final = frozenset({"gemma3", "gemma3nv", "yasa2", "nemotron_v2_vl"})
+_SQUARE_UNLESS_TILED: Final = frozenset({"mlp", "mlp_norm", "ldp", "ldpv2", "cogvlm", "janus_pro", "adapter"})
+_PIXEL_BUDGET: Final = frozenset({"qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger", "pixtral"})
+
+
+@dataclass(frozen=True)
+class ProjectorResize:
+    """How the projector's preprocessor resizes every picture, when it is known: to a `square` of that side
+    (stretched or padded), or down to at most `max_pixels`. Detail past that is thrown away inside mtmd, so
+    a picture can be given to it no larger, decoded and carried to the runner at a fraction of the cost."""
+
+    square: int | None = None
+    max_pixels: int | None = None
+
+    def long_side(self, width: int, height: int) -> int:
+        """The long side a `width` × `height` picture can be shrunk to and lose nothing the model would see:
+        for a square, until its short side is the square's (both sides then keep the detail mtmd uses)."""
+        long = max(width, height)
+        if self.square is not None and min(width, height) > self.square:
+            return math.ceil(long * self.square / min(width, height))
+        if self.max_pixels is not None and width * height > self.max_pixels:
+            return max(1, math.floor(long * math.sqrt(self.max_pixels / (width * height))))
+        return long
 
 
 @dataclass(frozen=True)
@@ -56,6 +82,7 @@ class ProjectorInfo:
     patch_size: int | None
     weights_bytes: int
     image_tokens: int | None  # a full-size image's tokens in the context; None when the type is unknown
+    resize: ProjectorResize | None = None  # None: mtmd tiles or its resize is not known here
 
 
 # Of several projectors for one model, F16 first, as llama.cpp's converter writes them and the peers download
@@ -108,6 +135,7 @@ def projector_info(header: GGUFHeader, *, max_image_side: int = DEFAULT_MAX_IMAG
         patch_size=patch_size,
         weights_bytes=header.tensor_bytes_total,
         image_tokens=tokens,
+        resize=_resize(projector_type, image_size, patch_size, metadata) if has_vision else None,
     )
 
 
@@ -162,6 +190,20 @@ def _image_tokens(
         return patches
     if projector_type in ("ldp", "ldpv2", "adapter"):
         return patches // 4
+    return None
+
+
+def _resize(
+    projector_type: str | None, image_size: int | None, patch_size: int | None, metadata: Mapping[str, object]
+) -> ProjectorResize | None:
+    tiled = "clip.vision.image_grid_pinpoints" in metadata
+    if projector_type in _SQUARE_RESIZE or (projector_type in _SQUARE_UNLESS_TILED and not tiled):
+        return ProjectorResize(square=image_size) if image_size is not None else None
+    if projector_type in _PIXEL_BUDGET and patch_size is not None:
+        # llama.cpp's budget for these types is a token count (set_limit_image_tokens), not a header key.
+        default_merge, _low, most_tokens = _DYNAMIC[projector_type]
+        merge = _positive(metadata.get("clip.vision.spatial_merge_size")) or default_merge
+        return ProjectorResize(max_pixels=most_tokens * (patch_size * merge) ** 2)
     return None
 
 

@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QImage
 
 from app.attachments.files import FileStore
-from app.images.prepare import prepare_image
+from app.images.prepare import ImageSizing, prepare_image
 from app.qt.background import Background
 
 # The long side a thumbnail is made at, in device pixels: the chip's box on a 2× screen.
@@ -27,7 +27,7 @@ CACHE_BYTES: Final = 64 << 20
 
 def thumbnail_bytes(path: Path, side: int = THUMBNAIL_SIDE) -> bytes:
     """The stored image at `path`, upright and at most `side` pixels on its long side, as PNG or JPEG."""
-    return prepare_image(path.read_bytes(), path.name, max_side=side).data
+    return prepare_image(path.read_bytes(), path.name, sizing=ImageSizing(side)).data
 
 
 class Thumbnails(QObject):

@@ -13,8 +13,7 @@ from app.documents.context import AttachedText, DocumentContext, Passage, plan
 from app.documents.library import Attachment, DocumentLibrary
 from app.documents.model import DocumentKind
 from app.errors import HearthError
-from app.images.pdf_pages import PAGE_SIDE, page_images
-from app.images.prepare import DEFAULT_MAX_SIDE, IMAGE_KIND
+from app.images.prepare import DEFAULT_SIZING, IMAGE_KIND, ImageSizing
 from app.library.installed import ModelLibrary
 from inference.protocol import ImageInput
 
@@ -59,12 +58,13 @@ def prepare(
     count_tokens: Callable[[str], int],
     search: bool = True,
     pdf_pages: bool = False,
-    image_side: int = DEFAULT_MAX_SIDE,
+    sizing: ImageSizing = DEFAULT_SIZING,
 ) -> PreparedDocuments | None:
     """The turn's documents planned into `budget_tokens`, and its images prepared for a vision model.
     `search` False: the plan the context meter shows before Send, the same except that nothing is searched
-    (see app.documents.context.plan) and no image is decoded. `pdf_pages`: attached PDFs' first pages go as
-    pictures too, after the attached pictures. Pictures are at most `image_side` on their long side."""
+    (see app.documents.context.plan); its pictures are prepared as Send would, so that they are counted
+    (the library keeps them for the turn). `pdf_pages`: attached PDFs' first pages go as
+    pictures too, after the attached pictures, each as large as `sizing` allows."""
     if documents.empty:
         return None
     if library is None:
@@ -103,18 +103,11 @@ def prepare(
         )
         for a in documents.attachments
     )
-    images = (
-        tuple(library.image_input(a.name, a.sha256, max_side=image_side) for a in documents.images)
-        if search
-        else ()
-    )
-    if search and pdf_pages:
+    images = tuple(library.image_input(a.name, a.sha256, sizing) for a in documents.images)
+    if pdf_pages:
         for a in documents.attachments:
             if a.kind == DocumentKind.PDF:
-                pages = page_images(
-                    library.files.path(a.sha256).read_bytes(), a.name, side=min(image_side, PAGE_SIDE)
-                )
-                images += tuple(pages)
+                images += library.page_inputs(a.name, a.sha256, sizing)
     attached = {a.sha256 for a in documents.attachments}
     reply_parts = tuple(
         PartInput(
@@ -153,7 +146,7 @@ def prompt_attachments(message: Message) -> tuple[Attachment, ...]:
 
 
 def images_of(
-    message: Message, library: DocumentLibrary | None, image_side: int = DEFAULT_MAX_SIDE
+    message: Message, library: DocumentLibrary | None, sizing: ImageSizing = DEFAULT_SIZING
 ) -> tuple[ImageInput, ...]:
     """The pictures an earlier prompt was sent with, prepared again: a follow-up question is often about
     them. An image whose file is gone is left out rather than failing the turn."""
@@ -164,7 +157,7 @@ def images_of(
         if part.meta.get("kind") != IMAGE_KIND or not part.file_sha256:
             continue
         try:
-            found.append(library.image_input(part.name or "image", part.file_sha256, max_side=image_side))
+            found.append(library.image_input(part.name or "image", part.file_sha256, sizing))
         except HearthError as exc:
             log.info("an earlier image is left out of the prompt: %s", exc)
     return tuple(found)

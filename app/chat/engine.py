@@ -40,6 +40,7 @@ from app.errors import (
     NoModelLoaded,
     ReplyNotSaved,
 )
+from app.images.prepare import ImageSizing
 from app.library.installed import InstalledModel, ModelLibrary
 from app.remote.openai_client import StreamCancel, request_sampling
 from app.remote.registry import ContextSource, Server, ServerRegistry
@@ -50,7 +51,7 @@ from inference.ggml_backends import CpuKernelMemory
 from inference.gguf import GGUFError, GGUFHeader, read_header
 from inference.hardware import HardwareReport, llama_backend, probe_hardware
 from inference.planner import plan_load, smaller_plan
-from inference.projector import DEFAULT_MAX_IMAGE_SIDE
+from inference.projector import ProjectorResize, projector_info
 from inference.protocol import (
     SAMPLING_SETTINGS,
     ChatMessage,
@@ -198,20 +199,30 @@ def _memory_note(planned: LoadPlan, loaded: LoadPlan) -> str:
     return f"Loaded with {' and '.join(changes)}: not enough memory." if changes else ""
 
 
+def _projector_resize(model: InstalledModel) -> ProjectorResize | None:
+    if model.projector is None:
+        return None
+    try:
+        return projector_info(read_header(model.projector.path)).resize
+    except (GGUFError, OSError) as exc:  # the runner loaded it a moment ago: only a file changed since
+        log.warning("%s: the projector's header could not be read again: %s", model.name, exc)
+        return None
+
+
 def history_for_prompt(
     messages: list[Message],
     documents: DocumentLibrary | None = None,
     *,
-    with_images: bool = False,
-    image_side: int = DEFAULT_MAX_IMAGE_SIDE,
+    images: ImageSizing | None = None,
 ) -> list[ChatMessage]:
     """Earlier turns as the model should see them: failed replies with no text are left out, and a prompt's
-    attachments that went in whole go in again, with its images when the model can see (`with_images`)."""
+    attachments that went in whole go in again, with its images sized by `images` for a model that can see
+    (None: one that cannot)."""
     return [
         ChatMessage(
             m.role,
             as_the_model_read_it(m, documents) if m.role == "user" else m.content,
-            images_of(m, documents, image_side) if with_images and m.role == "user" else (),
+            images_of(m, documents, images) if images is not None and m.role == "user" else (),
         )
         for m in messages
         if m.role in ("system", "user", "assistant") and (m.content or m.role == "user")
@@ -245,6 +256,8 @@ class ChatEngine:
         self._memory_note = ""  # what the load gave up because memory ran out, said to the user
         # Declared by the loaded model's template; None when it names none.
         self._reasoning_markers: ReasoningMarkers | None = None
+        # How the loaded vision model's projector resizes pictures, read from its header at load.
+        self._projector_resize: ProjectorResize | None = None
         # GUI turns, measurements, loads and local server requests take the runner in the order they ask.
         self._queue = RunnerQueue(acquired=self._reset_cancel, cancel_running=self._cancel_running)
         self._remote_cancel = StreamCancel()
@@ -350,6 +363,7 @@ class ChatEngine:
         self._model = model
         self._context_length = context_length
         self._reasoning_markers = markers_for_template(header.chat_template)
+        self._projector_resize = _projector_resize(model)
         self.library.mark_loaded(model.name)
         self.library.clear_load_error(model.name)
         notify(self.status())
@@ -569,7 +583,7 @@ class ChatEngine:
                 return self._measure_remote(target, resolved, path, draft, documents)
             self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length)
             system = resolved.system_prompt
-            messages = self._prompt_messages(system, path, draft)
+            messages = self._prompt_messages(system, path, draft, images=self._local_images())
             max_tokens = resolved.sampling.max_tokens
             prepared, fitted = self._plan_local(
                 messages, draft, documents, max_tokens, bool(system), search=False
@@ -677,7 +691,7 @@ class ChatEngine:
         model = self._model
         assert model is not None
         system = system_prompt if system_prompt is not None else resolved.system_prompt
-        messages = self._prompt_messages(system, path, prompt, with_images=model.vision)
+        messages = self._prompt_messages(system, path, prompt, images=self._local_images())
         prepared, fitted = self._plan_local(
             messages, prompt, documents, sampling.max_tokens, bool(system), search=True
         )
@@ -787,8 +801,15 @@ class ChatEngine:
             count_tokens=count_tokens,
             search=search,
             pdf_pages=self._model.vision and self._pdf_pages(documents),
-            image_side=self.settings.image_max_side,
+            sizing=self._local_images() or ImageSizing(self.settings.image_max_side),
         )
+
+    def _local_images(self) -> ImageSizing | None:
+        """How pictures are sized for the loaded model: no larger than its projector resizes them to; None
+        when it cannot see."""
+        if self._model is None or not self._model.vision:
+            return None
+        return ImageSizing(self.settings.image_max_side, self._projector_resize)
 
     def _pdf_pages(self, documents: TurnDocuments) -> bool:
         return documents.pdf_pages if documents.pdf_pages is not None else self.settings.pdf_pages_as_images
@@ -816,7 +837,7 @@ class ChatEngine:
             count_tokens=estimate_tokens,
             search=search,
             pdf_pages=self._pdf_pages(documents),
-            image_side=self.settings.image_max_side,
+            sizing=ImageSizing(self.settings.image_max_side),
         )
         if prepared is not None:
             listed[-1] = ChatMessage("user", prepared.prompt(prompt))
@@ -845,7 +866,7 @@ class ChatEngine:
         sampling = sampling or resolved.sampling
         system = system_prompt if system_prompt is not None else resolved.system_prompt
         # A server's model may see: earlier prompts' images go again (the server says if it cannot).
-        listed = self._prompt_messages(system, path, prompt, with_images=True)
+        listed = self._prompt_messages(system, path, prompt, images=ImageSizing(self.settings.image_max_side))
         prepared = None
         if prompt is not None and not documents.empty:
             # Asked only for documents: a turn without them has nothing to plan (the server keeps the rest).
@@ -896,15 +917,13 @@ class ChatEngine:
         prompt: str | None,
         *,
         with_documents: bool = True,
-        with_images: bool = False,
+        images: ImageSizing | None = None,
     ) -> list[ChatMessage]:
         """Without documents: earlier prompts without the files that go in again (what they cost is the
-        difference). With images: earlier prompts' pictures, for a model that may see them."""
+        difference). With `images`: earlier prompts' pictures, for a model that may see them."""
         messages = [ChatMessage("system", system)] if system else []
         documents = self.documents if with_documents else None
-        messages += history_for_prompt(
-            path, documents, with_images=with_images, image_side=self.settings.image_max_side
-        )
+        messages += history_for_prompt(path, documents, images=images)
         if prompt is not None:
             messages.append(ChatMessage("user", prompt))
         return messages

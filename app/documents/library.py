@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,8 @@ from app.documents.extract import extract, extract_bytes
 from app.documents.index import ChunkIndex, ChunkInput
 from app.documents.model import DocumentError, ExtractedDocument, Section
 from app.errors import HearthError
-from app.images.prepare import DEFAULT_MAX_SIDE, IMAGE_KIND, is_image_file, prepare_image
+from app.images.pdf_pages import page_images
+from app.images.prepare import DEFAULT_SIZING, IMAGE_KIND, ImageSizing, is_image_file, prepare_image
 from app.library.installed import sha256_file
 from app.storage.db import Database
 from app.storage.orm import DocumentTextRow
@@ -41,6 +43,9 @@ log = logging.getLogger("hearth.documents")
 
 # Passages searched per question before the best are kept: the fused ranking needs candidates to fuse.
 SEARCH_LIMIT: Final = 8
+# Pictures kept as a model is given them: the context meter counts a draft's pictures before Send, and the
+# turn sends them, so each is decoded, oriented and resized once. A few megabytes each at most.
+PREPARED_KEPT: Final = 16
 EMBED_BATCH: Final = 32
 
 
@@ -105,6 +110,9 @@ class DocumentLibrary:
         self._embedder_factory = embedder
         self._embedder: Embedder | None = None
         self._embedder_lock = threading.Lock()
+        # (what, sha256, sizing) → the pictures: one for an image, the first pages of a PDF.
+        self._prepared: OrderedDict[tuple[str, str, ImageSizing], tuple[ImageInput, ...]] = OrderedDict()
+        self._prepared_lock = threading.Lock()
 
     # Attachments ---------------------------------------------------------------------------------------
 
@@ -155,16 +163,47 @@ class DocumentLibrary:
             name, stored.sha256, prepared.original.mime_type, stored.size_bytes, IMAGE_KIND, None, 0
         )
 
-    def image_input(self, name: str, sha256: str, *, max_side: int = DEFAULT_MAX_SIDE) -> ImageInput:
-        """A stored image as a vision model is given it: upright, RGB, at most `max_side` on its long side."""
+    def image_input(self, name: str, sha256: str, sizing: ImageSizing = DEFAULT_SIZING) -> ImageInput:
+        """A stored image as a vision model is given it: upright, RGB, as large as `sizing` allows."""
+
+        def prepared() -> tuple[ImageInput]:
+            data = self._stored_bytes(sha256, f"The attached image {name or sha256[:12]}")
+            # Decoded in full when it was attached (an imported one is checked by the model's side).
+            image = prepare_image(data, name or sha256[:12], sizing=sizing, verified=True)
+            return (ImageInput(image.mime_type, image.data),)
+
+        [image] = self._kept(("image", sha256, sizing), prepared)
+        return image
+
+    def page_inputs(
+        self, name: str, sha256: str, sizing: ImageSizing = DEFAULT_SIZING
+    ) -> tuple[ImageInput, ...]:
+        """A stored PDF's first pages as pictures (app.images.pdf_pages), as large as `sizing` allows."""
+
+        def rendered() -> tuple[ImageInput, ...]:
+            return tuple(page_images(self._stored_bytes(sha256, f"The attached {name}"), name, sizing=sizing))
+
+        return self._kept(("pages", sha256, sizing), rendered)
+
+    def _kept(
+        self, key: tuple[str, str, ImageSizing], make: Callable[[], tuple[ImageInput, ...]]
+    ) -> tuple[ImageInput, ...]:
+        with self._prepared_lock:
+            if (found := self._prepared.get(key)) is not None:
+                self._prepared.move_to_end(key)
+                return found
+        made = make()
+        with self._prepared_lock:
+            self._prepared[key] = made
+            while len(self._prepared) > PREPARED_KEPT:
+                self._prepared.popitem(last=False)
+        return made
+
+    def _stored_bytes(self, sha256: str, what: str) -> bytes:
         try:
-            data = self.files.path(sha256).read_bytes()
+            return self.files.path(sha256).read_bytes()
         except FileNotFoundError:
-            missing = f"The attached image {name or sha256[:12]} is missing; attach it again."
-            raise HearthError(missing) from None
-        # Decoded in full when it was attached (an imported one is checked by the model's side).
-        prepared = prepare_image(data, name or sha256[:12], max_side=max_side, verified=True)
-        return ImageInput(prepared.mime_type, prepared.data)
+            raise HearthError(f"{what} is missing; attach it again.") from None
 
     def attached_text(self, name: str, sha256: str) -> AttachedText:
         return AttachedText(name, sha256, self._document(sha256, name).text)

@@ -12,16 +12,19 @@ import io
 from typing import Final
 
 from app.errors import HearthError
+from app.images.prepare import ImageSizing
 from inference.protocol import ImageInput
 
 MAX_PAGES: Final = 8
 PAGE_SIDE: Final = 1024
+_ANY_SIZE: Final = ImageSizing(PAGE_SIDE)
 
 
 def page_images(
-    data: bytes, name: str, *, max_pages: int = MAX_PAGES, side: int = PAGE_SIDE
+    data: bytes, name: str, *, max_pages: int = MAX_PAGES, sizing: ImageSizing = _ANY_SIZE
 ) -> list[ImageInput]:
-    """The first `max_pages` pages of a PDF, each rendered to fit `side` pixels, as PNG images."""
+    """The first `max_pages` pages of a PDF, each rendered at most PAGE_SIDE pixels on its long side and no
+    larger than `sizing` allows, as PNG images."""
     import pypdfium2 as pdfium
 
     try:
@@ -34,9 +37,11 @@ def page_images(
             page = document[index]
             try:
                 width, height = page.get_size()
-                scale = side / max(width, height, 1.0)
+                long = max(width, height, 1.0)
                 # Never more than 4× the page's own size: a tiny page is not blown up into a blur.
-                bitmap = page.render(scale=min(scale, 4.0))
+                full = min(PAGE_SIDE / long, 4.0)
+                side = sizing.long_side(max(1, round(width * full)), max(1, round(height * full)))
+                bitmap = page.render(scale=side / long)
                 out = io.BytesIO()
                 bitmap.to_pil().convert("RGB").save(out, format="PNG")
                 images.append(ImageInput("image/png", out.getvalue()))

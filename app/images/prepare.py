@@ -19,7 +19,7 @@ from typing import Final
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from app.errors import HearthError
-from inference.projector import DEFAULT_MAX_IMAGE_SIDE
+from inference.projector import DEFAULT_MAX_IMAGE_SIDE, ProjectorResize
 
 # Pillow's format name → the MIME type the file is stored and sent under.
 ACCEPTED_FORMATS: Final = {
@@ -60,8 +60,29 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
+class ImageSizing:
+    """How large a model is given a picture: at most `max_side` on its long side (the image_max_side
+    setting), and no larger than its projector uses when that is known (a local vision model's)."""
+
+    max_side: int = DEFAULT_MAX_SIDE
+    projector: ProjectorResize | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_side < 1:
+            raise ValueError("max_side must be at least 1 pixel")
+
+    def long_side(self, width: int, height: int) -> int:
+        """The long side a `width` × `height` picture is scaled down to (a picture is never scaled up)."""
+        useful = self.projector.long_side(width, height) if self.projector is not None else max(width, height)
+        return min(self.max_side, useful)
+
+
+DEFAULT_SIZING: Final = ImageSizing()
+
+
+@dataclass(frozen=True)
 class PreparedImage:
-    """The image as a model takes it: upright, RGB, at most `max_side` on its long side."""
+    """The image as a model takes it: upright, RGB, no larger than its ImageSizing allows."""
 
     data: bytes
     mime_type: str  # image/png or image/jpeg
@@ -108,19 +129,19 @@ def probe_image(data: bytes, name: str = "the image") -> ImageInfo:
 
 
 def prepare_image(
-    data: bytes, name: str = "the image", *, max_side: int = DEFAULT_MAX_SIDE, verified: bool = False
+    data: bytes, name: str = "the image", *, sizing: ImageSizing = DEFAULT_SIZING, verified: bool = False
 ) -> PreparedImage:
     """Decode, apply the EXIF orientation, flatten transparency onto white, convert to RGB and scale the
-    long side down to `max_side` (never up). Raises ImageError for anything a model cannot be given.
+    long side down to what `sizing` allows (never up). Raises ImageError for anything a model cannot be
+    given.
 
     `verified`: the bytes were decoded in full before (when they were attached). A JPEG or PNG that needs
     none of the changes (upright, RGB, one frame, small enough) is then given as it is, from its header
     alone: no second decode, and no re-encoding that would cost time and lose detail.
     """
-    if max_side < 1:
-        raise ValueError("max_side must be at least 1 pixel")
     with _open(data, name) as image:
         info = _info(image, name)
+        max_side = sizing.long_side(info.width, info.height)
         if verified and _as_it_is(image, info, max_side):
             return PreparedImage(data, info.mime_type, info.width, info.height, info)
         if info.format == "JPEG":

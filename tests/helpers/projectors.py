@@ -23,6 +23,7 @@ def projector_bytes(
     weight_rows: int = 512,
     architecture: str = "clip",
     vision: bool = True,
+    extra: dict[str, object] | None = None,
 ) -> bytes:
     metadata: dict[str, object] = {
         "general.architecture": architecture,
@@ -37,6 +38,7 @@ def projector_bytes(
     }
     if scale_factor is not None:
         metadata["clip.vision.projector.scale_factor"] = scale_factor
+    metadata |= extra or {}
     tensors = [
         TensorSpec("v.patch_embd.weight", (patch_size, patch_size, 3, 64), 1),
         # F32 rows of random bytes: a few hundred KiB, so sizes and hashes are real.

@@ -13,10 +13,12 @@ from app.images.prepare import (
     HEAD_BYTES,
     MAX_PIXELS,
     ImageError,
+    ImageSizing,
     image_format,
     prepare_image,
     probe_image,
 )
+from inference.projector import ProjectorResize
 from tests.helpers.images import png_claiming
 
 RED, BLUE = (220, 20, 20), (20, 20, 220)
@@ -60,8 +62,15 @@ def test_large_photos_are_scaled_down_to_the_long_side_and_small_ones_never_up()
     assert (big.width, big.height) == (DEFAULT_MAX_SIDE, 1536)
     assert (big.original.width, big.original.height) == (4000, 3000)
     assert decoded(big.data).size == (2048, 1536)
-    # A smaller limit (the setting, or the model's projector) is honoured the same way.
-    assert prepare_image(encoded(Image.new("RGB", (1000, 2000), BLUE), "PNG"), max_side=512).height == 512
+    # A smaller limit (the setting) is honoured the same way.
+    tall = encoded(Image.new("RGB", (1000, 2000), BLUE), "PNG")
+    assert prepare_image(tall, sizing=ImageSizing(512)).height == 512
+    # A projector that resizes to a 448 square uses no more than a 448-wide, 896-high picture of it.
+    square = ImageSizing(2048, ProjectorResize(square=448))
+    assert (prepare_image(tall, sizing=square).width, prepare_image(tall, sizing=square).height) == (448, 896)
+    # The lower of the two limits wins; neither ever scales a picture up.
+    assert prepare_image(tall, sizing=ImageSizing(512, ProjectorResize(square=448))).height == 512
+    assert prepare_image(tall, sizing=ImageSizing(4096, ProjectorResize(max_pixels=10**7))).height == 2000
     small = prepare_image(encoded(Image.new("RGB", (100, 50), BLUE), "PNG"))
     assert (small.width, small.height) == (100, 50)
 
@@ -170,7 +179,7 @@ def test_a_verified_image_that_needs_no_change_is_given_as_it_is() -> None:
     exif[0x0112] = 6
     Image.effect_noise((640, 480), 40).convert("RGB").save(turned, format="JPEG", exif=exif)
     assert prepare_image(turned.getvalue(), "turned.jpg", verified=True).width == 480
-    assert prepare_image(data, "upright.jpg", max_side=320, verified=True).width == 320
+    assert prepare_image(data, "upright.jpg", sizing=ImageSizing(320), verified=True).width == 320
     grey = io.BytesIO()
     Image.effect_noise((64, 48), 40).save(grey, format="PNG")  # mode L
     assert prepare_image(grey.getvalue(), "grey.png", verified=True).data != grey.getvalue()

@@ -16,7 +16,7 @@ from app.library.hub import HubClient, RemoteFile, group_gguf_files, pick_projec
 from app.library.installed import ModelLibrary
 from app.library.model_ops import assess_listing, remove_installed
 from inference.gguf import GGUFHeader, parse_header, read_header
-from inference.projector import is_projector_filename, projector_info, projector_problem
+from inference.projector import ProjectorResize, is_projector_filename, projector_info, projector_problem
 from tests.helpers.gguf_factory import BytesSource
 from tests.helpers.hubserver import HubServer, ServedFile, starter_file, starter_model_file
 from tests.helpers.projectors import STARTER_WIDTH, projector_bytes, write_projector
@@ -58,6 +58,39 @@ def test_image_tokens_follow_llama_cpp_per_projector_type(
     assert info.has_vision and not info.has_audio
     assert info.projection_dim == STARTER_WIDTH
     assert info.weights_bytes > 64 * 512 * 4
+
+
+@pytest.mark.parametrize(
+    ("projector_type", "image_size", "extra", "resize", "photo_side", "screenshot_side"),
+    [
+        # mtmd resizes to one 896 square: a 4,000 × 3,000 photo keeps all it will use at 1,195 × 896.
+        ("gemma3", 896, {}, ProjectorResize(square=896), 1195, 800),
+        ("mlp", 336, {}, ProjectorResize(square=336), 448, 598),
+        # LLaVA 1.6 lists tile grids: mtmd cuts big pictures into tiles, so they are not shrunk here.
+        ("mlp", 336, {"clip.vision.image_grid_pinpoints": [336, 672, 672, 336]}, None, 4000, 800),
+        # Qwen2.5-VL: at most 4,096 tokens of 28 × 28 pixels (patch 14, merge 2); 12 MP → 3.2 MP.
+        ("qwen2.5vl_merger", 896, {}, ProjectorResize(max_pixels=4096 * 28 * 28), 2069, 800),
+        # SmolVLM tiles too.
+        ("idefics3", 512, {}, None, 4000, 800),
+    ],
+)
+def test_pictures_are_shrunk_only_as_far_as_the_projector_resizes_them(
+    projector_type: str,
+    image_size: int,
+    extra: dict[str, object],
+    resize: ProjectorResize | None,
+    photo_side: int,
+    screenshot_side: int,
+) -> None:
+    info = projector_info(
+        header_of(projector_bytes(projector_type=projector_type, image_size=image_size, extra=extra))
+    )
+    assert info.resize == resize
+    used = info.resize or ProjectorResize()
+    assert used.long_side(4000, 3000) == used.long_side(3000, 4000) == photo_side
+    # A picture whose short side is within the square, or under the budget, is left as it is.
+    assert used.long_side(800, 450) == screenshot_side
+    assert used.long_side(image_size, image_size) == image_size
 
 
 def test_a_projector_for_another_model_or_no_projector_at_all_is_named_as_such() -> None:
