@@ -4,10 +4,11 @@ stderr and exit 3 (`errors.py`); usage errors exit 2."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from app.cli import backup, chat, conversations, docs, doctor, models, serve, servers, tokens
+from app.cli import backup, chat, conversations, docs, doctor, models, serve, servers, tokens, tools
 from app.cli.arguments import common_options
 from app.cli.errors import report, run_reporting_errors
 from app.cli.output import terminal_streams
@@ -22,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # In the order `hearth --help` lists them.
-    for noun in (chat, models, docs, tokens, servers, conversations, backup, doctor, serve):
+    for noun in (chat, models, docs, tokens, servers, tools, conversations, backup, doctor, serve):
         noun.add_parser(sub, common)
     gui = sub.add_parser("gui", parents=[common], help="open the window (the default)")
     gui.add_argument("--smoke-test", action="store_true", help="start everything, open the window, quit")
@@ -41,7 +42,10 @@ def main(
     for the process's own entry point, never for a caller such as a test that runs main in-process)."""
     out, err = terminal_streams(out, err)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    hearth_args, server_command = tools.split_server_command(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(hearth_args)
+    if server_command is not None:
+        args.server_command = server_command
     paths = resolve_home(getattr(args, "home", None))
     from app.logging_setup import configure_logging, install_crash_handlers
 
@@ -67,6 +71,8 @@ def _run(paths: HearthPaths, args: argparse.Namespace, out: TextIO, err: TextIO)
         return tokens.run(args, out, err)
     if args.command == "servers":
         return servers.run(paths, args, out, err)
+    if args.command == "tools":
+        return tools.run(paths, args, out, err)
     if args.command in ("backup", "restore"):
         return backup.run(paths, args, out, err)
     # Reading and exporting conversations works on a damaged database too (opened read-only).
