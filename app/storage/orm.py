@@ -35,7 +35,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")  # "tool": revision 0008
 # Full-text search: FTS5 virtual tables, their shadow tables and the view they index. They are kept in
 # step by triggers (revision 0003) or by app.documents.index (revision 0005), not by the ORM, so schema
 # comparisons leave them out.
