@@ -48,7 +48,7 @@ from jinja2.runtime import Context, Macro, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
-from inference.protocol import ChatMessage
+from inference.protocol import ChatMessage, ToolSpec
 
 FALLBACK_SOURCE: Final = "fallback:chatml"
 CHATML_STOP_STRINGS: Final = ("<|im_end|>", "<|im_start|>")
@@ -161,11 +161,13 @@ def render_chat(
     max_output_chars: int = 4_000_000,
     max_memory_bytes: int = MAX_RENDER_MEMORY,
     control_texts: frozenset[str] = frozenset(),
+    tools: Sequence[ToolSpec] = (),
 ) -> RenderedPrompt:
     """Render `messages` with the model's chat template, or with ChatML (and a note saying why).
 
     `control_texts`: the texts of the model's control tokens; where message content spells one, the result's
-    literal_spans mark it.
+    literal_spans mark it. `tools`: given to the template as its `tools` variable, in OpenAI's shape, as
+    Hugging Face's apply_chat_template does (the ChatML fallback has no way to offer them).
     """
     stand_ins: dict[str, str] = {}
     pattern = control_text_pattern(control_texts)
@@ -180,6 +182,7 @@ def render_chat(
         time_limit_s=time_limit_s,
         max_output_chars=max_output_chars,
         max_memory_bytes=max_memory_bytes,
+        tools=tools,
     )
     return _unmask(rendered, stand_ins) if stand_ins else rendered
 
@@ -194,6 +197,7 @@ def _render(
     time_limit_s: float,
     max_output_chars: int,
     max_memory_bytes: int,
+    tools: Sequence[ToolSpec] = (),
 ) -> RenderedPrompt:
     if template is None or not template.strip():
         return _fallback(messages, add_generation_prompt, "This model has no chat template")
@@ -204,12 +208,15 @@ def _render(
             f"The model's chat template is {-(-len(template) // 1024)} KiB, "
             f"over the {MAX_TEMPLATE_CHARS // 1024} KiB limit",
         )
-    context = {
-        "messages": [{"role": m.role, "content": m.content} for m in messages],
+    context: dict[str, object] = {
+        "messages": [_template_message(m) for m in messages],
         "bos_token": bos_token,
         "eos_token": eos_token,
         "add_generation_prompt": add_generation_prompt,
     }
+    if tools:
+        # Only when there are some: templates test `tools is not none` as often as `tools`.
+        context["tools"] = [_template_tool(t) for t in tools]
     try:
         text = _render_bounded(
             template,
@@ -231,6 +238,45 @@ def _render(
     else:
         return RenderedPrompt(text=text, source="gguf", note="")
     return _fallback(messages, add_generation_prompt, f"The model's chat template failed ({reason})")
+
+
+def _template_message(message: ChatMessage) -> dict[str, object]:
+    """A message as templates read it (Hugging Face's and OpenAI's shape): an assistant's calls with their
+    arguments as an object (templates apply `tojson` to them), a tool result with the call it answers."""
+    entry: dict[str, object] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        entry["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": _arguments(call.arguments)},
+            }
+            for call in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        entry["tool_call_id"] = message.tool_call_id
+    if message.tool_name is not None:
+        entry["name"] = message.tool_name
+    return entry
+
+
+def _arguments(text: str) -> object:
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text  # shown as the model wrote it; the call was refused for it
+    return parsed if isinstance(parsed, dict) else text
+
+
+def _template_tool(tool: ToolSpec) -> dict[str, object]:
+    try:
+        parameters = json.loads(tool.parameters_json)
+    except ValueError:
+        parameters = {"type": "object"}
+    return {
+        "type": "function",
+        "function": {"name": tool.name, "description": tool.description, "parameters": parameters},
+    }
 
 
 def _fallback(messages: Sequence[ChatMessage], add_generation_prompt: bool, why: str) -> RenderedPrompt:
@@ -306,7 +352,7 @@ def _mask_messages(
             stand_ins[text] = char
         return char
 
-    masked = [ChatMessage(m.role, pattern.sub(stand_in, m.content)) for m in messages]
+    masked = [dataclasses.replace(m, content=pattern.sub(stand_in, m.content)) for m in messages]
     return masked, stand_ins
 
 

@@ -36,6 +36,7 @@ from inference.protocol import (
     PromptReady,
     TokenCount,
     TokenDelta,
+    ToolSpec,
 )
 from inference.runner import SHUTDOWN, runner_main
 
@@ -365,7 +366,7 @@ class RunnerClient:
                 yield event
                 return None
 
-    def count_tokens(self, messages: tuple[ChatMessage, ...]) -> TokenCount:
+    def count_tokens(self, messages: tuple[ChatMessage, ...], tools: tuple[ToolSpec, ...] = ()) -> TokenCount:
         """Blocking. The prompt these messages make, counted by the loaded model's own template and tokenizer.
 
         Raises RunnerError: NOT_LOADED, or RUNNER_CRASHED (the runner died, or the template ran past the
@@ -375,7 +376,7 @@ class RunnerClient:
             if not self.alive or self._loaded is None:
                 raise RunnerError(ErrorKind.NOT_LOADED, "No model is loaded.")
             assert self._conn is not None
-            request = CountTokensRequest(uuid.uuid4().hex, messages)
+            request = CountTokensRequest(uuid.uuid4().hex, messages, tools)
             self._send(request)
             try:
                 reply = self._receive(self._prompt_timeout_s)

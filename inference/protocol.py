@@ -50,10 +50,31 @@ class ImageInput:
 
 
 @dataclass(frozen=True)
+class ToolCallRecord:
+    """A call a model made: its id (the model's or Hearth's), the tool's name, the arguments' JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as a chat template and OpenAI's API take it: a function with a JSON Schema for its arguments."""
+
+    name: str
+    description: str
+    parameters_json: str  # the JSON Schema object's text: frozen, and pickled as it is
+
+
+@dataclass(frozen=True)
 class ChatMessage:
-    role: str  # "system" | "user" | "assistant"
+    role: str  # "system" | "user" | "assistant" | "tool"
     content: str
     images: tuple[ImageInput, ...] = ()  # a user message's pictures, after its text
+    tool_calls: tuple[ToolCallRecord, ...] = ()  # an assistant message's calls, after its text
+    tool_call_id: str | None = None  # a tool message: the call whose result it is
+    tool_name: str | None = None  # a tool message: the tool that gave it (some templates print it)
 
 
 @dataclass(frozen=True)
@@ -188,6 +209,8 @@ class GenerateRequest:
     messages: tuple[ChatMessage, ...]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     extra_stop: tuple[str, ...] = ()
+    # Given to the model's template (its `tools`); their calls come back as text, special tokens spelled.
+    tools: tuple[ToolSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -197,6 +220,7 @@ class CountTokensRequest:
 
     request_id: str
     messages: tuple[ChatMessage, ...]
+    tools: tuple[ToolSpec, ...] = ()  # their descriptions take room in the prompt too
 
 
 @dataclass(frozen=True)

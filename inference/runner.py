@@ -45,6 +45,7 @@ from inference.protocol import (
     StopReason,
     TokenCount,
     TokenDelta,
+    ToolSpec,
 )
 from inference.tensor_overrides import experts_in_system_memory, overridden_tensors
 from inference.vision import ImageSlot, Vision, VisionError
@@ -288,7 +289,7 @@ class Runner:
             why = "this model has no vision projector, so it cannot see the images in this conversation"
             self._send(Failed(request.request_id, ErrorKind.MODEL_INVALID, why.capitalize() + "."))
             return
-        rendered, tokens = _prompt_tokens(model, request.messages)
+        rendered, tokens = _prompt_tokens(model, request.messages, request.tools)
         try:
             slots = model.vision.tokenized(images) if model.vision is not None and images else []
         except VisionError as exc:
@@ -315,7 +316,7 @@ class Runner:
         if model is None:
             self._send(Failed(request.request_id, ErrorKind.NOT_LOADED, "No model is loaded."))
             return
-        rendered, tokens = _prompt_tokens(model, request.messages)
+        rendered, tokens = _prompt_tokens(model, request.messages, request.tools)
         images = tuple(image for message in request.messages for image in message.images)
         n_tokens = len(tokens)
         if model.vision is not None and images:
@@ -348,6 +349,9 @@ class Runner:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         window = StopWindow(stops)
         piece_buffer = ctypes_buffer()
+        # With tools, control tokens are spelled out: they mark the calls (`<|python_tag|>`, `[TOOL_CALLS]`,
+        # DeepSeek's and harmony's markers), which the app's parser looks for in the text.
+        spelled = bool(request.tools)
         budget = min(sampling.max_tokens, llm.n_ctx() - n_prompt)
         started = time.perf_counter()
         first_token_at: float | None = None
@@ -375,7 +379,7 @@ class Runner:
                     reason = StopReason.END_OF_TURN
                     break
                 produced += 1
-                n = llama_cpp.llama_token_to_piece(vocab, token, piece_buffer, len(piece_buffer), 0, False)
+                n = llama_cpp.llama_token_to_piece(vocab, token, piece_buffer, len(piece_buffer), 0, spelled)
                 text, hit_stop = window.push(decoder.decode(piece_buffer.raw[:n]))
                 if text:
                     pending.append(text)
@@ -587,7 +591,9 @@ def _sampler_chain(sampling: SamplingParams, seed: int, n_vocab: int) -> Any:
     return chain
 
 
-def _prompt_tokens(model: _Model, messages: tuple[ChatMessage, ...]) -> tuple[RenderedPrompt, list[int]]:
+def _prompt_tokens(
+    model: _Model, messages: tuple[ChatMessage, ...], tools: tuple[ToolSpec, ...] = ()
+) -> tuple[RenderedPrompt, list[int]]:
     """The prompt exactly as generation would see it: counting and generating must agree to the token.
     Each image of a message is an IMAGE_SLOT before its text, in order."""
     control = _control_tokens(model)
@@ -604,6 +610,7 @@ def _prompt_tokens(model: _Model, messages: tuple[ChatMessage, ...]) -> tuple[Re
         bos_token=model.bos_text,
         eos_token=model.eos_text,
         control_texts=control.texts,
+        tools=tools,
     )
     prompt = rendered.text
     add_bos = model.add_bos and not (model.bos_text and prompt.startswith(model.bos_text))
