@@ -104,7 +104,21 @@ def message_record(m: Message) -> dict[str, Any]:
         "updated_at": m.updated_at.isoformat(),
         **({"attachments": [_attachment_record(p) for p in m.attachments]} if m.attachments else {}),
         **({"sources": [_source_record(p) for p in m.sources]} if m.sources else {}),
+        **({"tool_calls": [_call_record(p) for p in m.tool_calls]} if m.tool_calls else {}),
+        **_result_record(m.tool_result),
     }
+
+
+def _call_record(part: MessagePart) -> dict[str, Any]:
+    # OpenAI's names; the arguments as the model wrote them (a string), since a refused call may hold
+    # arguments that are not JSON.
+    return {"id": part.call_id, "name": part.name, "arguments": part.text}
+
+
+def _result_record(part: MessagePart | None) -> dict[str, Any]:
+    if part is None:
+        return {}
+    return {"tool_call_id": part.call_id, "tool_name": part.name, "is_error": part.is_error}
 
 
 def _attachment_record(part: MessagePart) -> dict[str, Any]:
@@ -156,10 +170,12 @@ def export_json(db: Database, conversation_id: int, files: FileStore | None = No
                 "size": len(data),
                 "data": base64.b64encode(data).decode(),
             }
+    used_tools = any(m.tool_calls or m.role == "tool" for m in messages)
     return {
         "format": EXPORT_FORMAT,
-        # Version 2 readers would drop attachments without a word: only a conversation that has some says 3.
-        "version": EXPORT_VERSION if attached else 2,
+        # Older readers would drop attachments or tool calls without a word: only a conversation that has
+        # them says the version that carries them.
+        "version": EXPORT_VERSION if used_tools else 3 if attached else 2,
         **({"files": carried} if attached else {}),
         "conversation": {
             "id": conversation.id,
@@ -307,7 +323,8 @@ def _write_import(db: Database, parsed: ParsedImport) -> list[int]:
                     if part.meta
                     else None,
                     "text": part.text,
-                    "is_error": False,
+                    "call_id": part.call_id,
+                    "is_error": part.is_error,
                 }
                 for m in conversation.messages
                 for position, part in enumerate(m.parts)

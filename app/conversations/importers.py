@@ -25,7 +25,8 @@ from app.storage.orm import MESSAGE_STATUSES, ROLES, MessageStatus
 HEARTH_FORMAT = "hearth.conversation"
 # 3: attachments and sources on messages, and the attached files themselves ("files"); written only for a
 # conversation that has attachments, so every other export stays readable by older Hearths.
-HEARTH_VERSION = 3
+# 4: tool calls on replies and tool messages (role "tool"); written only for a conversation that has them.
+HEARTH_VERSION = 4
 # An attached file carried in an export is decoded whole: bound what one file may make us hold.
 MAX_IMPORTED_FILE_BYTES = 200 * 1024 * 1024
 IMPORTED_TITLE = "Imported chat"
@@ -70,12 +71,14 @@ class ImportedMessage:
 
 @dataclass(frozen=True)
 class ImportedPart:
-    kind: str  # "attachment" or "source"
+    kind: str  # app.storage.orm.PART_KINDS
     name: str | None
     file_sha256: str | None
     mime_type: str | None
     meta: dict[str, Any]
     text: str | None
+    call_id: str | None = None
+    is_error: bool = False
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,31 @@ def _hearth_parts(item: Mapping[str, Any], at: _Where) -> tuple[ImportedPart, ..
                 parts.append(
                     ImportedPart(kind, _text(entry, "name", at), None, None, meta, _text(entry, "text", at))
                 )
+    calls = item.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+            raise at.error('"tool_calls" should be a list of objects')
+        for call in calls:
+            name, call_id = _text(call, "name", at), _text(call, "id", at)
+            parts.append(
+                ImportedPart("tool_call", name, None, None, {}, _text(call, "arguments", at), call_id)
+            )
+    if item.get("role") == "tool":
+        is_error = item.get("is_error", False)
+        if not isinstance(is_error, bool):
+            raise at.error(f'"is_error" should be true or false, not {_shown(is_error)}')
+        parts.append(
+            ImportedPart(
+                "tool_result",
+                _text(item, "tool_name", at),
+                None,
+                None,
+                {},
+                None,
+                _text(item, "tool_call_id", at, required=True),
+                is_error,
+            )
+        )
     return tuple(parts)
 
 
@@ -295,8 +323,9 @@ def _hearth_message(
     else:
         parent = previous  # version 1 was a plain list
     role = item.get("role")
-    if role not in ROLES:
-        raise at.error(f'"role" should be one of {", ".join(ROLES)}, not {_shown(role)}')
+    roles = ROLES if version >= 4 else tuple(r for r in ROLES if r != "tool")  # tool messages came in 4
+    if role not in roles:
+        raise at.error(f'"role" should be one of {", ".join(roles)}, not {_shown(role)}')
     status = item.get("status", MessageStatus.COMPLETE)
     if status not in MESSAGE_STATUSES:
         raise at.error(f'"status" should be one of {", ".join(MESSAGE_STATUSES)}, not {_shown(status)}')

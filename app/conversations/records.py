@@ -52,7 +52,9 @@ class Conversation:
 @dataclass(frozen=True)
 class MessagePart:
     """What a message holds besides its text (app.storage.orm.MessagePartRow): an attached file (`kind`
-    "attachment", with `file_sha256`), or a passage a reply was given ("source")."""
+    "attachment", with `file_sha256`), a passage a reply was given ("source"), a call a reply made
+    ("tool_call": the tool's `name`, its arguments' JSON as `text`, `call_id`) or, on a tool message, the
+    result it holds ("tool_result": `call_id`, `is_error`)."""
 
     kind: str
     name: str | None
@@ -61,6 +63,8 @@ class MessagePart:
     size_bytes: int | None  # of the stored file
     meta: dict[str, Any]
     text: str | None
+    call_id: str | None = None
+    is_error: bool = False
 
     @property
     def is_attachment(self) -> bool:
@@ -105,6 +109,15 @@ class Message:
     @property
     def sources(self) -> tuple[MessagePart, ...]:
         return tuple(part for part in self.parts if part.kind == "source")
+
+    @property
+    def tool_calls(self) -> tuple[MessagePart, ...]:
+        return tuple(part for part in self.parts if part.kind == "tool_call")
+
+    @property
+    def tool_result(self) -> MessagePart | None:
+        """A tool message's result: which call it answers, from which tool, and whether it failed."""
+        return next((part for part in self.parts if part.kind == "tool_result"), None)
 
 
 def _json_or_none(text_value: str | None) -> dict[str, Any] | None:
@@ -271,7 +284,7 @@ def parts_of(session: Session, which: str, params: dict[str, Any]) -> dict[int, 
     rows = session.execute(
         text(
             "SELECT p.message_id, p.kind, p.name, p.file_sha256, p.mime_type, f.size_bytes, p.meta_json, "
-            "p.text "
+            "p.text, p.call_id, p.is_error "
             "FROM message_parts p JOIN messages m ON m.id = p.message_id "
             "LEFT JOIN files f ON f.sha256 = p.file_sha256 "
             f"WHERE {which} ORDER BY p.message_id, p.position"
@@ -279,8 +292,10 @@ def parts_of(session: Session, which: str, params: dict[str, Any]) -> dict[int, 
         params,
     )
     found: dict[int, list[MessagePart]] = {}
-    for message_id, kind, name, sha, mime, size, meta, body in rows:
-        part = MessagePart(kind, name, sha, mime, size, json.loads(meta) if meta else {}, body)
+    for message_id, kind, name, sha, mime, size, meta, body, call_id, is_error in rows:
+        part = MessagePart(
+            kind, name, sha, mime, size, json.loads(meta) if meta else {}, body, call_id, bool(is_error)
+        )
         found.setdefault(message_id, []).append(part)
     return {message_id: tuple(parts) for message_id, parts in found.items()}
 

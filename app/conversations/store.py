@@ -137,8 +137,8 @@ class ReplyProvenance:
 
 @dataclass(frozen=True)
 class PartInput:
-    """A part to store with a message: an attachment (its file already stored, `file_sha256` in `files`)
-    or a source passage of a reply."""
+    """A part to store with a message: an attachment (its file already stored, `file_sha256` in `files`),
+    a source passage of a reply, a call a reply made or a tool's result (see MessagePart)."""
 
     kind: str  # app.storage.orm.PART_KINDS
     name: str | None
@@ -146,6 +146,8 @@ class PartInput:
     mime_type: str | None = None
     meta: Mapping[str, Any] | None = None
     text: str | None = None
+    call_id: str | None = None
+    is_error: bool = False
 
     def row(self, message_id: int, position: int) -> MessagePartRow:
         return MessagePartRow(
@@ -157,6 +159,8 @@ class PartInput:
             mime_type=self.mime_type,
             meta_json=json.dumps(dict(self.meta), ensure_ascii=False, sort_keys=True) if self.meta else None,
             text=self.text,
+            call_id=self.call_id,
+            is_error=self.is_error,
         )
 
 
@@ -424,6 +428,8 @@ class ConversationStore:
         parent_id: ParentChoice = CURRENT_LEAF,
     ) -> Message:
         """Add a message after `parent_id` (default: the current leaf; None: a new root) and show it."""
+        if role == "tool":
+            raise ValueError("a tool message answers a call: add it with add_tool_result, not by role")
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, not {role!r}")
         if status not in MESSAGE_STATUSES:
@@ -547,11 +553,12 @@ class ConversationStore:
         reasoning: str | None = None,
         reasoning_seconds: float | None = None,
         context_note: str | None = None,
+        tool_calls: Sequence[PartInput] = (),
     ) -> bool:
         """Store the reply's final text and outcome. False when it was not streaming (or was deleted).
 
         `seed` is the seed the runner actually used and `context_note` what the context cost the reply; None
-        keeps the one recorded at the start.
+        keeps the one recorded at the start. `tool_calls`: the calls the reply made, after its other parts.
         """
         if status not in FINAL_STATUSES:
             raise ValueError(f"status must be one of {FINAL_STATUSES}, not {status!r}")
@@ -573,9 +580,35 @@ class ConversationStore:
                 row.seed = seed
             if context_note is not None:
                 row.context_note = context_note
+            if tool_calls:
+                first = session.scalar(
+                    select(func.count())
+                    .select_from(MessagePartRow)
+                    .where(MessagePartRow.message_id == row.id)
+                )
+                session.add_all(part.row(row.id, (first or 0) + n) for n, part in enumerate(tool_calls))
             row.updated_at = now
             self._touch(session, row.conversation_id, now)
             return True
+
+    def add_tool_result(
+        self, after: int, *, call_id: str, tool_name: str, text: str, is_error: bool = False
+    ) -> Message:
+        """A tool's result as a message of its own (role `tool`) after `after`: the reply that made the
+        call, or the result before it when the reply made several. It is shown, searched and exported like
+        any message."""
+        now = _now()
+        with self._db.session() as session:
+            parent = self._message_row(session, after)
+            conversation = self._row(session, parent.conversation_id)
+            row = MessageRow(
+                conversation_id=conversation.id, role="tool", content=text, status=MessageStatus.COMPLETE
+            )
+            message_id = self._insert_in(session, conversation, row, after, now)
+            part = PartInput("tool_result", tool_name, call_id=call_id, is_error=is_error)
+            session.add(part.row(message_id, 0))
+            session.flush()
+            return self._one_message(session, message_id)
 
     def mark_interrupted_streaming(self) -> int:
         """At start-up: replies still marked streaming were cut off by a crash. Returns how many."""

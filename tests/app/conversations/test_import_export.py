@@ -271,15 +271,19 @@ def _hearth(store: ConversationStore) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("spoil", "expected"),
     [
-        (lambda d: d.update(version=4), r"newer Hearth \(format version 4"),
-        (lambda d: d.update(version="2"), r"\"version\" should be a number from 1 to 3, not \"2\""),
+        (lambda d: d.update(version=5), r"newer Hearth \(format version 5"),
+        (lambda d: d.update(version="2"), r"\"version\" should be a number from 1 to 4, not \"2\""),
         (
             lambda d: d["messages"][1].update(parent_id=999),
             r"message 2: parent_id 999 is not an earlier message",
         ),
         (
             lambda d: d["messages"][0].update(role="tool"),
-            r"message 1: \"role\" should be one of system, user",
+            r"message 1: \"role\" should be one of system, user, assistant, not \"tool\"",
+        ),
+        (
+            lambda d: (d.update(version=4), d["messages"][1].update(role="tool")),
+            r"message 2: \"tool_call_id\" should be a string, not null",
         ),
         (
             lambda d: d["messages"][1].update(content=None),
