@@ -68,6 +68,10 @@ class Settings:
     pdf_pages_as_images: bool = False
     # The long side, in pixels, a picture is scaled down to before a model is given it (never up).
     image_max_side: int = DEFAULT_MAX_IMAGE_SIDE
+    # Tools (app.tools): how many times in a row a reply may call tools before it must answer, and how long
+    # one call may run before it is stopped and the model told.
+    tool_rounds: int = 8
+    tool_timeout_s: float = 60.0
     # The OpenAI-compatible API on 127.0.0.1 (app.local_api.server): off until the user turns it on.
     local_server_enabled: bool = False
     local_server_port: int = 8765
@@ -102,6 +106,8 @@ _VALIDATORS: dict[str, _Rule] = {
     "pdf_pages_as_images": (lambda v: isinstance(v, bool), "true or false"),
     "image_max_side": (lambda v: _is_int(v) and 224 <= v <= 8192, "a number of pixels from 224 to 8192"),
     "local_server_port": (lambda v: _is_int(v) and 1 <= v <= 65535, "a port number from 1 to 65535"),
+    "tool_rounds": (lambda v: _is_int(v) and 1 <= v <= 64, "a number of rounds from 1 to 64"),
+    "tool_timeout_s": (lambda v: _is_number(v) and 1 <= v <= 3600, "a number of seconds from 1 to 3600"),
     "model_defaults": (
         lambda v: _valid_model_defaults(v),
         "an object mapping model names to objects of generation settings",

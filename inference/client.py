@@ -407,6 +407,11 @@ class RunnerClient:
     def cancel(self) -> None:
         self._cancel.value = True
 
+    @property
+    def cancelled(self) -> bool:
+        """Stop was pressed since the turn began (reset_cancel)."""
+        return bool(self._cancel.value)
+
     def reset_cancel(self) -> None:
         """Called when a new turn begins; a Stop after this point, even before generation starts, counts."""
         self._cancel.value = False

@@ -24,10 +24,12 @@ from app.chat.documents import (
 )
 from app.chat.reasoning import DEFAULT_MARKERS, ReasoningMarkers, ReplyText, Split, markers_for_template
 from app.chat.runner_queue import Job, RunnerQueue
+from app.chat.tool_rounds import ModelCall, ToolApprover, answer_call, split_tool_calls
 from app.conversations.store import (
     Conversation,
     ConversationStore,
     Message,
+    PartInput,
     ReplyProvenance,
     TurnStart,
 )
@@ -46,6 +48,7 @@ from app.remote.openai_client import StreamCancel, request_sampling
 from app.remote.registry import ContextSource, Server, ServerRegistry
 from app.settings import GLOBAL_SAMPLING, Settings, SettingsStore
 from app.storage.orm import MessageStatus
+from app.tools.chat import Approval, ToolRequest, ToolSet
 from inference.client import RunnerClient, RunnerError
 from inference.ggml_backends import CpuKernelMemory
 from inference.gguf import GGUFError, GGUFHeader, read_header
@@ -67,7 +70,10 @@ from inference.protocol import (
     StopReason,
     TokenCount,
     TokenDelta,
+    ToolCallRecord,
+    ToolSpec,
 )
+from inference.tool_calls import ToolCallFormat, ToolCallParser, tool_call_format
 
 log = logging.getLogger("hearth.engine")
 
@@ -171,6 +177,14 @@ class TurnCallbacks:
     def model_status(self, status: ModelStatus) -> None:
         pass
 
+    def approve_tool(self, request: ToolRequest) -> Approval:
+        """Asked before each call the model makes, on the turn's thread (never the GUI's). Unless it is
+        answered, no tool runs: the model is told the call was not allowed."""
+        return Approval.DENY
+
+    def tool_result(self, tool_message_id: int, call: ToolCallRecord, text: str, is_error: bool) -> None:
+        """A call's result, stored as a tool message; the next reply follows it."""
+
 
 def _estimate(messages: Sequence[ChatMessage]) -> int:
     """A server's prompt, estimated: its tokenizer and template are not here."""
@@ -223,9 +237,14 @@ def history_for_prompt(
             m.role,
             as_the_model_read_it(m, documents) if m.role == "user" else m.content,
             images_of(m, documents, images) if images is not None and m.role == "user" else (),
+            tool_calls=tuple(
+                ToolCallRecord(p.call_id or "", p.name or "", p.text or "{}") for p in m.tool_calls
+            ),
+            tool_call_id=m.tool_result.call_id if m.tool_result is not None else None,
+            tool_name=m.tool_result.name if m.tool_result is not None else None,
         )
         for m in messages
-        if m.role in ("system", "user", "assistant") and (m.content or m.role == "user")
+        if m.role in ("user", "tool") or (m.role in ("system", "assistant") and (m.content or m.tool_calls))
     ]
 
 
@@ -258,6 +277,12 @@ class ChatEngine:
         self._reasoning_markers: ReasoningMarkers | None = None
         # How the loaded vision model's projector resizes pictures, read from its header at load.
         self._projector_resize: ProjectorResize | None = None
+        # How the loaded model writes tool calls, from its template; None: its template takes no tools.
+        self._tool_format: ToolCallFormat | None = None
+        # The tools the turn in progress offers: its prompt is counted with them.
+        self._offered_tools: tuple[ToolSpec, ...] = ()
+        # Per conversation, the (server, tool) pairs the user allowed for the rest of the chat.
+        self._allowed_tools: dict[int, set[tuple[str, str]]] = {}
         # GUI turns, measurements, loads and local server requests take the runner in the order they ask.
         self._queue = RunnerQueue(acquired=self._reset_cancel, cancel_running=self._cancel_running)
         self._remote_cancel = StreamCancel()
@@ -364,6 +389,7 @@ class ChatEngine:
         self._context_length = context_length
         self._reasoning_markers = markers_for_template(header.chat_template)
         self._projector_resize = _projector_resize(model)
+        self._tool_format = tool_call_format(header.chat_template)
         self.library.mark_loaded(model.name)
         self.library.clear_load_error(model.name)
         notify(self.status())
@@ -465,9 +491,12 @@ class ChatEngine:
         sampling: SamplingParams | None = None,
         callbacks: TurnCallbacks | None = None,
         documents: TurnDocuments | None = None,
+        tools: ToolSet | None = None,
     ) -> TurnResult:
         """Store the user's message after the current leaf, stream the reply into the database and return
-        how it ended.
+        how it ended. With `tools`, the model may call them: each call the user allows (approve_tool) runs,
+        its result is stored as a tool message, and the model replies again after it, up to the
+        tool_rounds setting; the result is the last reply's.
 
         Raises HearthError, with nothing stored, when the conversation or the model is unusable or the
         conversation does not fit the context under the "refuse" policy (ContextOverflow): the caller still
@@ -487,6 +516,7 @@ class ChatEngine:
                 sampling=sampling,
                 callbacks=callbacks or TurnCallbacks(),
                 documents=documents or TurnDocuments(),
+                tools=tools,
             )
 
     def regenerate(
@@ -660,11 +690,16 @@ class ChatEngine:
         sampling: SamplingParams | None,
         callbacks: TurnCallbacks,
         documents: TurnDocuments = NO_DOCUMENTS,
+        tools: ToolSet | None = None,
     ) -> TurnResult:
         """Reply after `path` (root → the message to follow), adding the user's `prompt` first if given,
         with the documents it comes with."""
         self._save_unsaved()
         target = self.remote_target(model_name)
+        if tools is not None and target is not None:
+            raise HearthError(
+                f"Tools are offered to installed models only for now; {model_name} is a model on a server."
+            )
         refusal = (
             local_image_refusal(self.library, model_name, [a.name for a in documents.images])
             if target is None and documents.images
@@ -690,6 +725,42 @@ class ChatEngine:
         self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length)
         model = self._model
         assert model is not None
+        if tools is not None and self._tool_format is None:
+            raise HearthError(
+                f"{model.name} cannot use tools: its chat template takes none (it never reads a list of "
+                "tools). Models whose templates do include Qwen 2.5 and 3, Llama 3.1 and later, Mistral's, "
+                "Hermes and gpt-oss."
+            )
+        self._offered_tools = tools.specs if tools is not None else ()
+        try:
+            return self._reply_local(
+                model,
+                conversation,
+                path,
+                prompt,
+                system_prompt,
+                resolved,
+                sampling,
+                callbacks,
+                documents,
+                tools,
+            )
+        finally:
+            self._offered_tools = ()
+
+    def _reply_local(
+        self,
+        model: InstalledModel,
+        conversation: Conversation | None,
+        path: list[Message],
+        prompt: str | None,
+        system_prompt: str | None,
+        resolved: GenerationSettings,
+        sampling: SamplingParams,
+        callbacks: TurnCallbacks,
+        documents: TurnDocuments,
+        tools: ToolSet | None,
+    ) -> TurnResult:
         system = system_prompt if system_prompt is not None else resolved.system_prompt
         messages = self._prompt_messages(system, path, prompt, images=self._local_images())
         prepared, fitted = self._plan_local(
@@ -697,36 +768,73 @@ class ChatEngine:
         )
         self._check_policy(fitted)
         note = _joined_notes(prepared.context.note if prepared else None, fitted.note())
-        turn = self._begin_turn(
-            conversation,
-            path,
-            prompt,
-            system_prompt,
-            ReplyProvenance(
-                model.name,
-                model.sha256,
-                dataclasses.asdict(sampling),
-                sampling.seed,
-                template=fitted.template_source,
-                quantization=model.quantization,
-                context_note=note,
-            ),
-            prepared,
+        provenance = ReplyProvenance(
+            model.name,
+            model.sha256,
+            dataclasses.asdict(sampling),
+            sampling.seed,
+            template=fitted.template_source,
+            quantization=model.quantization,
+            context_note=note,
         )
+        turn = self._begin_turn(conversation, path, prompt, system_prompt, provenance, prepared)
         conversation_id, user_id, assistant = turn.conversation_id, turn.prompt_id, turn.reply
         callbacks.started(conversation_id, user_id, assistant.id)
         if note:
             callbacks.context_note(assistant.id, note)
-        request = GenerateRequest(uuid.uuid4().hex, fitted.messages, sampling)
-        markers = self._reasoning_markers
-        reply = ReplyText(markers or DEFAULT_MARKERS, lone_close=markers is not None)
-        kernels = self._client.kernels
-        events = self._generate(request)
-        result = self._stream(conversation_id, user_id, assistant.id, events, reply, callbacks, note=note)
-        if self._client.kernels != kernels:
-            # The runner crashed on this CPU's kernels and answered on safer ones: say so once.
-            callbacks.model_status(self.status())
-        return result
+        approver = ToolApprover(
+            callbacks.approve_tool, self._allowed_tools.setdefault(conversation_id, set())
+        )
+        rounds = 0
+        while True:
+            # The last round offers no tools: the model answers with what it has.
+            offered = tools.specs if tools is not None and rounds < self.settings.tool_rounds else ()
+            request = GenerateRequest(uuid.uuid4().hex, fitted.messages, sampling, tools=offered)
+            markers = self._reasoning_markers
+            reply = ReplyText(markers or DEFAULT_MARKERS, lone_close=markers is not None)
+            kernels = self._client.kernels
+            calls: list[ModelCall] = []
+            events = self._generate(request)
+            if offered:
+                assert self._tool_format is not None
+                events = split_tool_calls(events, ToolCallParser(self._tool_format), calls)
+            result = self._stream(
+                conversation_id, user_id, assistant.id, events, reply, callbacks, note=note, calls=calls
+            )
+            if self._client.kernels != kernels:
+                # The runner crashed on this CPU's kernels and answered on safer ones: say so once.
+                callbacks.model_status(self.status())
+            if not calls or result.status is not MessageStatus.COMPLETE or tools is None:
+                return result
+            rounds += 1
+            after = assistant.id
+            for call in calls:
+                outcome = answer_call(call, tools, approver)
+                stored = self.store.add_tool_result(
+                    after,
+                    call_id=call.record.id,
+                    tool_name=call.record.name,
+                    text=outcome.text,
+                    is_error=outcome.is_error,
+                )
+                callbacks.tool_result(stored.id, call.record, outcome.text, outcome.is_error)
+                after = stored.id
+            if self._client.cancelled:  # Stop pressed while the tools ran: the results are kept
+                return result
+            # The model replies again, after the results: the prompt is the conversation up to them.
+            path = self.store.path_to(after)
+            messages = self._prompt_messages(system, path, None, images=self._local_images())
+            fitted = fit(messages, bool(system), sampling.max_tokens, self._count)
+            self._check_policy(fitted)
+            turn = self._begin_turn(
+                self.store.get_conversation(conversation_id),
+                path,
+                None,
+                system_prompt,
+                dataclasses.replace(provenance, template=fitted.template_source, context_note=fitted.note()),
+            )
+            assistant, note = turn.reply, None
+            callbacks.started(conversation_id, after, assistant.id)
 
     def _begin_turn(
         self,
@@ -930,7 +1038,7 @@ class ChatEngine:
 
     def _count(self, messages: Sequence[ChatMessage]) -> TokenCount:
         try:
-            return self._client.count_tokens(tuple(messages))
+            return self._client.count_tokens(tuple(messages), self._offered_tools)
         except RunnerError as exc:
             if exc.kind is ErrorKind.RUNNER_CRASHED and self._model is not None:
                 self._runner_crashed(self._model.name, exc.message)
@@ -949,9 +1057,12 @@ class ChatEngine:
         callbacks: TurnCallbacks,
         *,
         note: str | None = None,
+        calls: Sequence[ModelCall] = (),
     ) -> TurnResult:
         """Stream the reply from `events` (the runner's or a server's) into the database, split into answer
-        and reasoning by `reply`. `note` is what the overflow policy left out of the prompt."""
+        and reasoning by `reply`. `note` is what the overflow policy left out of the prompt. `calls`: the
+        tool calls taken out of the events' text (split_tool_calls), complete once they end; a reply that
+        finishes is stored with them."""
         last_flush = time.monotonic()
         first_text_written = False
         outcome: Finished | Failed | None = None
@@ -982,7 +1093,7 @@ class ChatEngine:
                 cut = f"the reply was cut off where the {loaded.n_ctx}-token context ran out"
                 note = f"{note}; {cut}" if note else cut[0].upper() + cut[1:]
                 callbacks.context_note(assistant_id, note)
-            self._finish(assistant_id, text, status, stats=stats, reply=reply, context_note=note)
+            self._finish(assistant_id, text, status, stats=stats, reply=reply, context_note=note, calls=calls)
             return TurnResult(
                 conversation_id,
                 user_id,
@@ -1040,6 +1151,7 @@ class ChatEngine:
         error: str | None = None,
         reply: ReplyText | None = None,
         context_note: str | None = None,
+        calls: Sequence[ModelCall] = (),
     ) -> None:
         """Write the reply's final state, retrying for a while: the disk may be full only for a moment.
 
@@ -1060,6 +1172,10 @@ class ChatEngine:
                 reasoning=reply.reasoning if reply else None,
                 reasoning_seconds=reply.reasoning_seconds if reply else None,
                 context_note=context_note,
+                tool_calls=[
+                    PartInput("tool_call", c.record.name, text=c.record.arguments, call_id=c.record.id)
+                    for c in calls
+                ],
             )
 
         for attempt in range(FINAL_WRITE_ATTEMPTS):
