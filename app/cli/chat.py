@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import signal
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from app.chat.documents import TurnDocuments, local_image_refusal
 from app.chat.engine import TurnCallbacks
@@ -20,6 +21,11 @@ from app.core import Core
 from app.documents.library import DocumentLibrary
 from app.errors import HearthError
 from app.images.prepare import is_image_file, prepare_image
+from app.tools.chat import Approval, ToolRequest, ToolSet
+from inference.protocol import ToolCallRecord
+
+if TYPE_CHECKING:
+    from app.tools.host import ToolHost
 
 
 def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
@@ -65,6 +71,17 @@ def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
         default=None,
         help="for a model that can see: also send attached PDFs' first pages as pictures (default: the "
         "pdf_pages_as_images setting)",
+    )
+    chat.add_argument(
+        "--tools",
+        metavar="NAME[,NAME…]|all",
+        help="let the model call the tools of these MCP servers (`hearth tools list`), or of all that are on",
+    )
+    chat.add_argument(
+        "--approve-tools",
+        action="store_true",
+        help="run every tool call without asking (otherwise each is asked about on the terminal, and denied "
+        "when there is none)",
     )
     chat.add_argument("prompt", metavar="PROMPT")
 
@@ -115,6 +132,37 @@ class StreamToStdout(TurnCallbacks):
             self._thinking.write("\n…done thinking.\n\n")
             self._thinking.flush()
             self._thinking_open = False
+
+
+class ToolsOnTheTerminal(StreamToStdout):
+    """Each tool call shown on stderr and asked about there: allowed by `--approve-tools`, by the user at a
+    terminal, or denied (the model is told) when there is no terminal to ask at."""
+
+    def __init__(self, out: TextIO, err: TextIO, thinking: str, *, approve_all: bool) -> None:
+        super().__init__(out, err, thinking)
+        self._approve_all = approve_all
+
+    def approve_tool(self, request: ToolRequest) -> Approval:
+        self.end_thinking()
+        self._err.write(f"\ntool call: {request.server} › {request.tool}\n{request.arguments_shown()}\n")
+        if self._approve_all:
+            return Approval.ALLOW_ONCE
+        if sys.stdin is None or not sys.stdin.isatty():
+            self._err.write("denied: no terminal to ask at (--approve-tools allows calls without asking)\n")
+            self._err.flush()
+            return Approval.DENY
+        self._err.write("Allow? [y] once, [a] always in this chat, [N] no: ")
+        self._err.flush()
+        answer = sys.stdin.readline().strip().casefold()
+        return {"y": Approval.ALLOW_ONCE, "yes": Approval.ALLOW_ONCE, "a": Approval.ALLOW_IN_CHAT}.get(
+            answer, Approval.DENY
+        )
+
+    def tool_result(self, tool_message_id: int, call: ToolCallRecord, text: str, is_error: bool) -> None:
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        shown = first if len(first) <= 200 else first[:199] + "…"
+        self._err.write(f"{'tool error' if is_error else 'result'}: {shown}\n")
+        self._err.flush()
 
 
 def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -169,9 +217,13 @@ def _chat(
         "max_tokens": args.max_tokens,
     }
     sampling = dataclasses.replace(defaults, **{k: v for k, v in overrides.items() if v is not None})
+    host = _tool_host(core) if args.tools else None
     restore = _cancel_on_interrupt(engine.cancel)
-    stream = StreamToStdout(out, err, args.thinking)
+    stream = ToolsOnTheTerminal(out, err, args.thinking, approve_all=args.approve_tools)
     try:
+        tools = ToolSet.open(host, _server_names(args.tools)) if host is not None else None
+        for problem in tools.problems if tools is not None else ():
+            err.write(f"note: {problem}\n")
         result = engine.run_turn(
             args.prompt,
             args.model,
@@ -180,10 +232,13 @@ def _chat(
             sampling=sampling,
             callbacks=stream,
             documents=turn_documents,
+            tools=tools,
         )
     finally:
         restore()
         engine.close()
+        if host is not None:
+            host.close()
     stream.end_thinking()  # a reply cut off mid-thought
     out.write("\n")
     out.flush()
@@ -194,6 +249,21 @@ def _chat(
         return EXIT_INTERRUPTED
     report(err, f"the reply failed ({result.status}): {result.error}; the partial reply was saved")
     return EXIT_FAILED
+
+
+def _tool_host(core: Core) -> ToolHost:
+    from app.tools.config import ToolServerRegistry
+    from app.tools.host import ToolHost
+
+    timeout = core.settings.tool_timeout_s
+    return ToolHost(ToolServerRegistry(core.paths.home), log_dir=core.paths.logs_dir, call_timeout_s=timeout)
+
+
+def _server_names(value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise HearthError("--tools needs the names of tool servers, or all.")
+    return names
 
 
 def _cancel_on_interrupt(cancel: Callable[[], None]) -> Callable[[], None]:
