@@ -7,6 +7,7 @@ tells the session what the user does with it.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from ui.attachments import AttachmentTray, FileDrops, PassageDialog, forget_open
 from ui.collection_picker import CollectionPicker
 from ui.composer import Composer
 from ui.context_meter import ContextMeter
-from ui.message_row import ReplyStats, TranscriptEntry
+from ui.message_row import TOOL_CALLED, TOOL_FAILED, TOOL_RETURNED, ReplyStats, TranscriptEntry, translated
 from ui.model_bar import ModelBar
 from ui.provenance import ProvenanceDialog
 from ui.row_documents import FileRef, SourceRef
@@ -49,6 +50,28 @@ log = logging.getLogger("hearth.ui")
 MEASURE_DELAY_MS = 400
 
 
+def shown_content(message: Message) -> str:
+    """The text a row shows: a reply with the calls it made after its text, a tool message as what the tool
+    returned, each in a code block (their text is data, not Markdown)."""
+    if message.role == "tool":
+        result = message.tool_result
+        name = f"`{result.name}`" if result is not None and result.name else translated("Tool")
+        heading = TOOL_FAILED if result is not None and result.is_error else TOOL_RETURNED
+        return f"{translated(heading).format(tool=name)}\n\n{_fenced(message.content)}"
+    calls = [
+        f"{translated(TOOL_CALLED).format(tool=f'`{call.name}`')}\n\n{_fenced(call.text or '', 'json')}"
+        for call in message.tool_calls
+    ]
+    return "\n\n".join([message.content, *calls] if message.content else calls)
+
+
+def _fenced(text: str, language: str = "") -> str:
+    # A fence longer than any run of backticks in the text, so nothing in it can close the block.
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text}\n{fence}"
+
+
 def entry_for(message: Message) -> TranscriptEntry:
     stats = None
     if message.role == "assistant" and (
@@ -63,7 +86,7 @@ def entry_for(message: Message) -> TranscriptEntry:
     return TranscriptEntry(
         message.id,
         message.role,
-        message.content,
+        shown_content(message),
         message.status,
         message.error,
         stats,

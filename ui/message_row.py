@@ -61,6 +61,7 @@ ROLE_LABELS = {
     "user": QT_TRANSLATE_NOOP("Transcript", "You"),
     "assistant": QT_TRANSLATE_NOOP("Transcript", "Hearth"),
     "system": QT_TRANSLATE_NOOP("Transcript", "System"),
+    "tool": QT_TRANSLATE_NOOP("Transcript", "Tool"),
 }
 STATUS_BADGES = {
     "streaming": QT_TRANSLATE_NOOP("Transcript", "Writing…"),
@@ -91,7 +92,11 @@ EDITING_ACTIONS = frozenset({"previous", "next", "edit", "regenerate", "delete"}
 ROLE_ACTIONS = {
     "user": ("copy", "edit", "delete"),
     "assistant": ("copy", "regenerate", "delete", "info"),
+    "tool": ("copy", "delete"),
 }
+TOOL_CALLED = QT_TRANSLATE_NOOP("Transcript", "Called {tool}:")
+TOOL_RETURNED = QT_TRANSLATE_NOOP("Transcript", "{tool} returned:")
+TOOL_FAILED = QT_TRANSLATE_NOOP("Transcript", "{tool} failed:")
 
 
 def translated(text: object) -> str:

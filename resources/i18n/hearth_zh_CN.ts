@@ -1963,6 +1963,10 @@
         <translation>系统</translation>
     </message>
     <message>
+        <source>Tool</source>
+        <translation>工具</translation>
+    </message>
+    <message>
         <source>Writing…</source>
         <translation>正在生成…</translation>
     </message>
@@ -2025,6 +2029,18 @@
     <message>
         <source>How this reply was made</source>
         <translation>这条回复是如何生成的</translation>
+    </message>
+    <message>
+        <source>Called {tool}:</source>
+        <translation>调用了 {tool}：</translation>
+    </message>
+    <message>
+        <source>{tool} returned:</source>
+        <translation>{tool} 返回：</translation>
+    </message>
+    <message>
+        <source>{tool} failed:</source>
+        <translation>{tool} 失败：</translation>
     </message>
     <message>
         <source>TTFT {seconds} s</source>
