@@ -24,7 +24,7 @@ from app.chat.documents import (
 )
 from app.chat.reasoning import DEFAULT_MARKERS, ReasoningMarkers, ReplyText, Split, markers_for_template
 from app.chat.runner_queue import Job, RunnerQueue
-from app.chat.tool_rounds import ModelCall, ToolApprover, answer_call, split_tool_calls
+from app.chat.tool_rounds import ModelCall, ToolApprover, answer_call, calls_at_the_end, split_tool_calls
 from app.conversations.store import (
     Conversation,
     ConversationStore,
@@ -696,10 +696,6 @@ class ChatEngine:
         with the documents it comes with."""
         self._save_unsaved()
         target = self.remote_target(model_name)
-        if tools is not None and target is not None:
-            raise HearthError(
-                f"Tools are offered to installed models only for now; {model_name} is a model on a server."
-            )
         refusal = (
             local_image_refusal(self.library, model_name, [a.name for a in documents.images])
             if target is None and documents.images
@@ -719,6 +715,7 @@ class ChatEngine:
                 sampling=sampling,
                 callbacks=callbacks,
                 documents=documents,
+                tools=tools,
             )
         resolved = self.generation_settings(conversation, model_name)
         sampling = sampling or resolved.sampling
@@ -807,18 +804,7 @@ class ChatEngine:
             if not calls or result.status is not MessageStatus.COMPLETE or tools is None:
                 return result
             rounds += 1
-            after = assistant.id
-            for call in calls:
-                outcome = answer_call(call, tools, approver)
-                stored = self.store.add_tool_result(
-                    after,
-                    call_id=call.record.id,
-                    tool_name=call.record.name,
-                    text=outcome.text,
-                    is_error=outcome.is_error,
-                )
-                callbacks.tool_result(stored.id, call.record, outcome.text, outcome.is_error)
-                after = stored.id
+            after = self._answer_calls(assistant.id, calls, tools, approver, callbacks)
             if self._client.cancelled:  # Stop pressed while the tools ran: the results are kept
                 return result
             # The model replies again, after the results: the prompt is the conversation up to them.
@@ -963,11 +949,13 @@ class ChatEngine:
         sampling: SamplingParams | None,
         callbacks: TurnCallbacks,
         documents: TurnDocuments,
+        tools: ToolSet | None = None,
     ) -> TurnResult:
         """The same turn answered by a server: no local load and no token count (the server enforces its
         own context; documents are planned for its context, ServerRegistry.context_for, with an estimate of
         their tokens). A server that cannot be reached or refuses the request raises RemoteError before
-        anything is stored, like an unusable local model."""
+        anything is stored, like an unusable local model. Tools go as OpenAI's `tools`, and the calls come
+        back in `tool_calls`; the rounds are the local turn's."""
         assert self.servers is not None
         server, remote_model = target
         resolved = self.generation_settings(conversation, model_name)
@@ -987,36 +975,86 @@ class ChatEngine:
         messages = tuple(listed)
         self._remote_server = server
         callbacks.model_status(self.status())
-        request = GenerateRequest(uuid.uuid4().hex, messages, sampling)
-        stream = self.servers.client(server).chat(
-            remote_model, messages, sampling, request_id=request.request_id, cancel=self._remote_cancel
+        # What the server was sent: it applies its own defaults for the rest.
+        provenance = ReplyProvenance(
+            model_name,
+            None,
+            request_sampling(sampling),
+            sampling.seed,
+            server_name=server.name,
+            server_url=server.url,
+            context_note=prepared.context.note if prepared else None,
         )
-        try:
-            turn = self._begin_turn(
-                conversation,
-                path,
-                prompt,
-                system_prompt,
-                # What the server was sent: it applies its own defaults for the rest.
-                ReplyProvenance(
-                    model_name,
-                    None,
-                    request_sampling(sampling),
-                    sampling.seed,
-                    server_name=server.name,
-                    server_url=server.url,
-                    context_note=prepared.context.note if prepared else None,
-                ),
-                prepared,
+        client = self.servers.client(server)
+        rounds = 0
+        approver: ToolApprover | None = None
+        while True:
+            offered = tools.specs if tools is not None and rounds < self.settings.tool_rounds else ()
+            request_id = uuid.uuid4().hex
+            stream = client.chat(
+                remote_model,
+                messages,
+                sampling,
+                request_id=request_id,
+                cancel=self._remote_cancel,
+                tools=offered,
             )
-            conversation_id, user_id, assistant = turn.conversation_id, turn.prompt_id, turn.reply
-            callbacks.started(conversation_id, user_id, assistant.id)
-            # Servers send `reasoning_content` wrapped in <think> … </think>; a server that pre-fills <think>
-            # for an R1 model but streams its raw text sends only the closing marker.
-            reply = ReplyText(DEFAULT_MARKERS)
-            return self._stream(conversation_id, user_id, assistant.id, stream.events(), reply, callbacks)
-        finally:
-            stream.close()
+            try:
+                # Stored once the server took the request: one that refuses it leaves nothing new behind.
+                turn = self._begin_turn(conversation, path, prompt, system_prompt, provenance, prepared)
+                conversation_id, user_id, assistant = turn.conversation_id, turn.prompt_id, turn.reply
+                callbacks.started(conversation_id, user_id, assistant.id)
+                # Servers send `reasoning_content` wrapped in <think> … </think>; a server that pre-fills
+                # <think> for an R1 model but streams its raw text sends only the closing marker.
+                reply = ReplyText(DEFAULT_MARKERS)
+                calls: list[ModelCall] = []
+                events = calls_at_the_end(stream, calls)
+                result = self._stream(
+                    conversation_id, user_id, assistant.id, events, reply, callbacks, calls=calls
+                )
+            finally:
+                stream.close()
+            if not calls or result.status is not MessageStatus.COMPLETE or tools is None:
+                return result
+            rounds += 1
+            if approver is None:
+                approver = ToolApprover(
+                    callbacks.approve_tool, self._allowed_tools.setdefault(conversation_id, set())
+                )
+            after = self._answer_calls(assistant.id, calls, tools, approver, callbacks)
+            if self._remote_cancel.cancelled:
+                return result
+            path = self.store.path_to(after)
+            messages = tuple(
+                self._prompt_messages(system, path, None, images=ImageSizing(self.settings.image_max_side))
+            )
+            # The next reply follows the results: no new prompt, its documents and note were the first's.
+            conversation = self.store.get_conversation(conversation_id)
+            prompt, prepared = None, None
+            provenance = dataclasses.replace(provenance, context_note=None)
+
+    def _answer_calls(
+        self,
+        after: int,
+        calls: Sequence[ModelCall],
+        tools: ToolSet,
+        approver: ToolApprover,
+        callbacks: TurnCallbacks,
+    ) -> int:
+        """Blocking: ask about, run and store each call's result after the reply that made it, in order;
+        returns the last result's message id (the next reply follows it)."""
+        for call in calls:
+            outcome = answer_call(call, tools, approver)
+            stored = self.store.add_tool_result(
+                after,
+                call_id=call.record.id,
+                tool_name=call.record.name,
+                text=outcome.text,
+                is_error=outcome.is_error,
+            )
+            callbacks.tool_result(stored.id, call.record, outcome.text, outcome.is_error)
+            after = stored.id
+        return after
 
     def _prompt_messages(
         self,

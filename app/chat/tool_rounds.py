@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from app.remote.openai_client import ChatStream
 from app.tools.chat import Approval, ToolRequest, ToolSet, local_call_id
 from inference.protocol import Failed, Finished, PromptReady, TokenDelta, ToolCallRecord
 from inference.tool_calls import Event as ParsedEvent
@@ -52,6 +53,15 @@ def split_tool_calls(
             yield event
         else:
             yield event
+
+
+def calls_at_the_end(stream: ChatStream, calls: list[ModelCall]) -> Iterator[TokenDelta | Finished | Failed]:
+    """A server's events, with the calls it streamed apart from the text (complete once the stream ends)
+    appended to `calls` before the end is passed on, so the reply is stored with them."""
+    for event in stream.events():
+        if isinstance(event, Finished):
+            calls.extend(ModelCall(record) for record in stream.tool_calls)
+        yield event
 
 
 @dataclass(frozen=True)

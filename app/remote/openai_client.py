@@ -19,6 +19,7 @@ import socket
 import ssl
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,8 @@ from inference.protocol import (
     SamplingParams,
     StopReason,
     TokenDelta,
+    ToolCallRecord,
+    ToolSpec,
 )
 
 log = logging.getLogger("hearth.openai")
@@ -58,7 +61,11 @@ _LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 _CONTEXT_ERROR = re.compile(
     r"context[ _](?:length|window|size)|maximum context|tokens \+ `?max_new_tokens`? must be", re.IGNORECASE
 )
-_FINISH_REASONS: Final = {"stop": StopReason.END_OF_TURN, "length": StopReason.MAX_TOKENS}
+_FINISH_REASONS: Final = {
+    "stop": StopReason.END_OF_TURN,
+    "tool_calls": StopReason.END_OF_TURN,
+    "length": StopReason.MAX_TOKENS,
+}
 
 
 class RemoteError(HearthError):
@@ -246,13 +253,15 @@ class OpenAIClient:
         *,
         request_id: str,
         cancel: StreamCancel,
+        tools: Sequence[ToolSpec] = (),
     ) -> ChatStream:
-        """POST /chat/completions with stream=true and wait for the response headers.
+        """POST /chat/completions with stream=true and wait for the response headers. With `tools`, the
+        model may call them: the calls it streams are the stream's `tool_calls` once its events end.
 
         Raises RemoteError when the server cannot be reached or refuses the request (nothing was
         generated). Afterwards everything, including a cut connection, arrives as events of the stream.
         """
-        body = {
+        body: dict[str, Any] = {
             "model": model,
             "messages": [_message_json(m) for m in messages],
             "stream": True,
@@ -260,6 +269,18 @@ class OpenAIClient:
             "stream_options": {"include_usage": True},
             **request_sampling(sampling),
         }
+        if tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": json.loads(t.parameters_json),
+                    },
+                }
+                for t in tools
+            ]
         started = time.perf_counter()
         context = self._open("POST", "/chat/completions", body, cancel, self._read_timeout_s)
         try:
@@ -545,6 +566,20 @@ class ChatStream:
         self._usage: dict[str, Any] = {}
         self._finish_reason: str | None = None
         self._thinking = False
+        # The calls streamed in `delta.tool_calls`, by index: their id, name and arguments come in pieces.
+        self._calls: dict[int, dict[str, str]] = {}
+
+    @property
+    def tool_calls(self) -> list[ToolCallRecord]:
+        """The calls the model made, complete once the events have ended."""
+        return [
+            ToolCallRecord(
+                call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
+                call.get("name", ""),
+                call.get("arguments") or "{}",
+            )
+            for _, call in sorted(self._calls.items())
+        ]
 
     @classmethod
     def cancelled_before_reply(cls, request_id: str, sampling: SamplingParams) -> ChatStream:
@@ -660,6 +695,7 @@ class ChatStream:
         delta = choice.get("delta")
         if not isinstance(delta, dict):
             return ""
+        self._take_calls(delta.get("tool_calls"))
         thinking = delta.get("reasoning_content")
         if not isinstance(thinking, str):
             thinking = delta.get("reasoning")
@@ -682,6 +718,26 @@ class ChatStream:
             self._last_at = now
             self._chunks += 1
         return "".join(parts)
+
+    def _take_calls(self, pieces: object) -> None:
+        """OpenAI streams each call in pieces: the first gives its id and name, the rest its arguments."""
+        if not isinstance(pieces, list):
+            return
+        for piece in pieces:
+            if not isinstance(piece, dict):
+                continue
+            index = piece.get("index", len(self._calls))
+            call = self._calls.setdefault(index if isinstance(index, int) else len(self._calls), {})
+            if isinstance(piece.get("id"), str):
+                call["id"] = piece["id"]
+            function = piece.get("function")
+            if not isinstance(function, dict):
+                continue
+            if isinstance(function.get("name"), str):
+                call["name"] = call.get("name", "") + function["name"]
+            if isinstance(function.get("arguments"), str):
+                call["arguments"] = call.get("arguments", "") + function["arguments"]
+            self._chunks += 1
 
     def _close_thinking(self) -> Iterator[TokenDelta]:
         if self._thinking:
@@ -727,7 +783,19 @@ class ChatStream:
 
 def _message_json(message: ChatMessage) -> dict[str, Any]:
     """A message in OpenAI's shape: text alone as a string; with images, content parts, the text first and
-    each image as a data URL (what vLLM, llama.cpp's server, Ollama and TGI accept for vision models)."""
+    each image as a data URL (what vLLM, llama.cpp's server, Ollama and TGI accept for vision models); a
+    reply's calls as `tool_calls`, a tool's result with the call it answers."""
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if message.tool_calls:
+        return {
+            "role": message.role,
+            "content": message.content or None,
+            "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in message.tool_calls
+            ],
+        }
     if not message.images:
         return {"role": message.role, "content": message.content}
     parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []

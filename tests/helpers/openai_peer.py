@@ -31,7 +31,7 @@ from typing import Any
 import httpx2
 
 PEER_KEY = "peer-key-3f9a7c21d4"
-FAULT_MODELS = ("echo", "reasoning", "usage")
+FAULT_MODELS = ("echo", "reasoning", "usage", "tools")
 START_TIMEOUT_S = 90.0
 
 
@@ -233,6 +233,9 @@ class FaultServer:
     html                      200 with an HTML page instead of an event stream
     status-NNN                that status with an OpenAI-style error body ("status-400-context": the
                               context-length error vLLM sends)
+    tools                     offered tools: two calls of the first one, streamed in pieces as OpenAI and
+                              vLLM do (`delta.tool_calls`, finish reason "tool_calls"); after tool results:
+                              "Results: " and their contents
     anything else             404, as for a model the server does not have
 
     What it reports of its context, as the servers it stands for do: `max_model_len` per model in its list
@@ -314,6 +317,12 @@ def _chunk(text: str = "", *, reasoning: str = "", finish: str | None = None) ->
         "model": "fault",
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
+
+
+def _calls(*pieces: dict[str, Any]) -> dict[str, Any]:
+    chunk = _chunk()
+    chunk["choices"][0]["delta"]["tool_calls"] = list(pieces)
+    return chunk
 
 
 class _FaultHandler(BaseHTTPRequestHandler):
@@ -406,6 +415,28 @@ class _FaultHandler(BaseHTTPRequestHandler):
         self.connection.shutdown(socket.SHUT_RDWR)
         self.close_connection = True
 
+    def _tool_round(self, body: dict[str, Any]) -> None:
+        messages = body.get("messages", [])
+        if messages and messages[-1].get("role") == "tool":
+            results = [m["content"] for m in messages if m.get("role") == "tool"][-2:]
+            self._event(_chunk("Results: " + ", ".join(results)))
+            self._event(_chunk(finish="stop"))
+        elif body.get("tools"):
+            name = body["tools"][0]["function"]["name"]
+            for index, (call_id, pieces) in enumerate(
+                (("call_one", ['{"a": 2,', ' "b": 40}']), ("call_two", ['{"a": 1, "b": 1}']))
+            ):
+                opening = {"index": index, "id": call_id, "type": "function", "function": {"name": name}}
+                self._event(_calls(opening))
+                for piece in pieces:
+                    self._event(_calls({"index": index, "function": {"arguments": piece}}))
+            self._event(_chunk(finish="tool_calls"))
+        else:
+            self._event(_chunk("No tools were offered."))
+            self._event(_chunk(finish="stop"))
+        self._event("[DONE]")
+        self._end()
+
     def chat(self, model: str, body: dict[str, Any]) -> None:
         fault = self.fault
         if model.startswith("status-"):
@@ -434,6 +465,9 @@ class _FaultHandler(BaseHTTPRequestHandler):
         self._start_stream()
         if model == "empty":
             self._end()
+            return
+        if model == "tools":
+            self._tool_round(body)
             return
         if model == "reasoning":
             self._event(_chunk(reasoning="The user greets me. "))

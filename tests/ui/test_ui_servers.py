@@ -269,7 +269,9 @@ def test_a_changed_key_is_used_by_the_next_request_and_a_removed_one_is_gone(
     key_dialog.keyEdit.clear()
     QTest.keyClicks(key_dialog.keyEdit, RIGHT_KEY)
     click(key_dialog.saveButton)
-    qtbot.waitUntil(lambda: [f"lab/{m}" in picker_texts(window) for m in FAULT_MODELS] == [True] * 3)
+    qtbot.waitUntil(
+        lambda: [f"lab/{m}" in picker_texts(window) for m in FAULT_MODELS] == [True] * len(FAULT_MODELS)
+    )
     assert dialog.statusLabel.text() == "Saved the new API key for lab in the system keyring."
     assert listed(dialog)["lab"][STATE] == "3" and dialog.detailLabel.text().startswith("The API key is kept")
     assert stored_key("lab") == RIGHT_KEY
