@@ -213,6 +213,17 @@ def _memory_note(planned: LoadPlan, loaded: LoadPlan) -> str:
     return f"Loaded with {' and '.join(changes)}: not enough memory." if changes else ""
 
 
+class ToolsNotTaken(HearthError):
+    """Tools for a model whose chat template takes none."""
+
+
+def _no_tools(model_name: str) -> str:
+    return (
+        f"{model_name} cannot use tools: its chat template takes none (it never reads a list of tools). "
+        "Models whose templates do include Qwen 2.5 and 3, Llama 3.1 and later, Mistral's, Hermes, gpt-oss."
+    )
+
+
 def _projector_resize(model: InstalledModel) -> ProjectorResize | None:
     if model.projector is None:
         return None
@@ -723,11 +734,7 @@ class ChatEngine:
         model = self._model
         assert model is not None
         if tools is not None and self._tool_format is None:
-            raise HearthError(
-                f"{model.name} cannot use tools: its chat template takes none (it never reads a list of "
-                "tools). Models whose templates do include Qwen 2.5 and 3, Llama 3.1 and later, Mistral's, "
-                "Hermes and gpt-oss."
-            )
+            raise ToolsNotTaken(_no_tools(model.name))
         self._offered_tools = tools.specs if tools is not None else ()
         try:
             return self._reply_local(
@@ -1278,9 +1285,13 @@ class ChatEngine:
         model_name: str,
         stop: Sequence[str] = (),
         job: Job | None = None,
+        tools: Sequence[ToolSpec] = (),
+        calls: list[ModelCall] | None = None,
     ) -> Generator[TokenDelta | Finished | Failed, None, None]:
         """Generate for `messages` with the loaded local model, storing nothing: the local API server's
-        requests.
+        requests. With `tools`, the model's template is given them and the calls it makes are taken out of
+        the text into `calls` (complete before Finished is yielded); nothing is run. Raises ToolsNotTaken
+        when its template takes no tools.
 
         Waits for the runner in turn with GUI turns and other requests, then yields the runner's deltas and
         exactly one Finished or Failed. Closing the iterator early (its client went away) cancels the
@@ -1295,8 +1306,15 @@ class ChatEngine:
                 raise NoModelLoaded("No model is loaded in Hearth: load one in the window first.")
             if model_name != loaded:
                 raise ModelNotFound(f"The model {model_name!r} is not loaded; this server has {loaded!r}.")
-            request = GenerateRequest(uuid.uuid4().hex, tuple(messages), sampling, tuple(stop))
-            events = self._client.generate(request)
+            if tools and self._tool_format is None:
+                raise ToolsNotTaken(_no_tools(loaded))
+            request = GenerateRequest(uuid.uuid4().hex, tuple(messages), sampling, tuple(stop), tuple(tools))
+            events = self._generate(request)
+            if tools:
+                assert self._tool_format is not None
+                events = split_tool_calls(
+                    events, ToolCallParser(self._tool_format), [] if calls is None else calls
+                )
             ended = False
             try:
                 for event in events:

@@ -54,8 +54,9 @@ from secrets import token_urlsafe
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from app.chat.engine import ChatEngine
+from app.chat.engine import ChatEngine, ToolsNotTaken
 from app.chat.runner_queue import Job, JobCancelled
+from app.chat.tool_rounds import ModelCall
 from app.errors import HearthError, ModelNotFound, NoModelLoaded
 from app.remote.registry import API_KEY_NOUN
 from app.secret_store import SecretResult, SecretStore
@@ -68,6 +69,8 @@ from inference.protocol import (
     SamplingParams,
     StopReason,
     TokenDelta,
+    ToolCallRecord,
+    ToolSpec,
 )
 
 if TYPE_CHECKING:
@@ -97,8 +100,9 @@ LINGER_S = 1.0
 HANGUP_POLL_S = 0.2
 MAX_STOP_STRINGS = 16
 SEED_LIMIT = 2**32  # llama.cpp seeds are 32-bit
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-_UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call")
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+# The legacy function-calling fields; `tools` replaced them.
+_UNSUPPORTED = ("functions", "function_call")
 _FINISH_REASONS = {
     StopReason.END_OF_TURN: "stop",
     StopReason.STOP_STRING: "stop",
@@ -156,6 +160,7 @@ class ChatRequest:
     stop: tuple[str, ...]
     stream: bool
     include_usage: bool
+    tools: tuple[ToolSpec, ...] = ()
 
 
 def _is_number(value: object) -> bool:
@@ -203,15 +208,85 @@ def _messages(value: object) -> tuple[ChatMessage, ...]:
         if role is None:
             raise RequestError(
                 400,
-                f"{where}: the role must be system, developer, user or assistant (tools are not supported).",
+                f"{where}: the role must be system, developer, user, assistant or tool.",
                 param="messages",
                 code="invalid_value",
             )
         content = item.get("content")
         # An assistant turn that only called tools has no content; here it is simply empty.
         text = "" if content is None and role == "assistant" else _text_of(content, f"{where}.content")
-        messages.append(ChatMessage(role, text))
+        calls = _calls_of(item.get("tool_calls"), where) if role == "assistant" else ()
+        call_id = item.get("tool_call_id")
+        if role == "tool" and not (isinstance(call_id, str) and call_id):
+            raise _bad(f"{where}.tool_call_id", "the id of the call this result answers")
+        name = item.get("name")
+        messages.append(
+            ChatMessage(
+                role,
+                text,
+                tool_calls=calls,
+                tool_call_id=call_id if role == "tool" else None,
+                tool_name=name if role == "tool" and isinstance(name, str) else None,
+            )
+        )
     return tuple(messages)
+
+
+def _calls_of(value: object, where: str) -> tuple[ToolCallRecord, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise _bad(f"{where}.tool_calls", "a list of calls")
+    calls = []
+    for index, call in enumerate(value):
+        function = call.get("function") if isinstance(call, dict) else None
+        if (
+            not isinstance(function, dict)
+            or not isinstance(call.get("id"), str)
+            or not isinstance(function.get("name"), str)
+            or not isinstance(function.get("arguments"), str)
+        ):
+            raise _bad(f"{where}.tool_calls[{index}]", "{id, type: function, function: {name, arguments}}")
+        calls.append(ToolCallRecord(call["id"], function["name"], function["arguments"]))
+    return tuple(calls)
+
+
+def _tools(value: object, choice: object) -> tuple[ToolSpec, ...]:
+    """The request's tools, as the model's template takes them; none when `tool_choice` is "none". A call
+    forced on the model ("required", a named function) would need a grammar: refused, naming it."""
+    if choice not in (None, "auto", "none"):
+        raise RequestError(
+            400,
+            'Only tool_choice "auto" and "none" are supported: a call cannot be forced on a local model.',
+            param="tool_choice",
+            code="unsupported",
+        )
+    if value is None or choice == "none":
+        return ()
+    if not isinstance(value, list):
+        raise _bad("tools", "a list of functions")
+    tools = []
+    for index, tool in enumerate(value):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if (
+            not isinstance(tool, dict)
+            or tool.get("type", "function") != "function"
+            or not isinstance(function, dict)
+            or not isinstance(name, str)
+            or not name
+        ):
+            raise _bad(
+                f"tools[{index}]", '{"type": "function", "function": {"name", "description", "parameters"}}'
+            )
+        parameters = function.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(parameters, dict):
+            raise _bad(f"tools[{index}].function.parameters", "a JSON Schema object")
+        description = function.get("description", "")
+        tools.append(
+            ToolSpec(name, description if isinstance(description, str) else "", json.dumps(parameters))
+        )
+    return tuple(tools)
 
 
 def _stop(value: object) -> tuple[str, ...]:
@@ -287,6 +362,7 @@ def parse_chat_request(body: object, defaults: Callable[[str], SamplingParams]) 
         stop=_stop(body.get("stop")),
         stream=stream,
         include_usage=include_usage,
+        tools=_tools(body.get("tools"), body.get("tool_choice")),
     )
 
 
@@ -639,9 +715,16 @@ class _Handler(BaseHTTPRequestHandler):
         request = parse_chat_request(
             self._read_json(), lambda model: engine.generation_settings(None, model).sampling
         )
+        calls: list[ModelCall] = []
         with local.serving(self.connection) as job:
             events = engine.complete(
-                request.messages, request.sampling, model_name=request.model, stop=request.stop, job=job
+                request.messages,
+                request.sampling,
+                model_name=request.model,
+                stop=request.stop,
+                job=job,
+                tools=request.tools,
+                calls=calls,
             )
             with closing(events):
                 try:
@@ -654,9 +737,11 @@ class _Handler(BaseHTTPRequestHandler):
                     raise RequestError(503, str(exc), kind="server_error", code="model_not_loaded") from exc
                 except ModelNotFound as exc:
                     raise RequestError(404, str(exc), param="model", code="model_not_found") from exc
+                except ToolsNotTaken as exc:
+                    raise RequestError(400, str(exc), param="tools", code="unsupported") from exc
                 if isinstance(first, Failed):
                     raise _failure(first)
-                completion = _Completion(request)
+                completion = _Completion(request, calls)
                 if request.stream:
                     self._stream(completion, chain([first], events))
                 else:
@@ -673,7 +758,7 @@ class _Handler(BaseHTTPRequestHandler):
                 log.info("a request was cancelled after %d tokens", event.stats.completion_tokens)
                 raise RequestError(503, "The request was cancelled.", kind="server_error", code="cancelled")
             else:
-                self._send_json(200, completion.whole("".join(parts), event.stats))
+                self._send_json(200, completion.whole("".join(parts) + completion.unreadable(), event.stats))
 
     def _stream(self, completion: _Completion, events: Iterator[TokenDelta | Finished | Failed]) -> None:
         self.send_response(200)
@@ -692,7 +777,11 @@ class _Handler(BaseHTTPRequestHandler):
                 log.info("a streamed request was cancelled after %d tokens", event.stats.completion_tokens)
                 self._event(RequestError(503, "The request was cancelled.", kind="server_error").body())
             else:
-                self._event(completion.chunk({}, _FINISH_REASONS[event.stats.stop_reason]))
+                if completion.unreadable():
+                    self._event(completion.chunk({"content": completion.unreadable()}))
+                if completion.readable:
+                    self._event(completion.chunk({"tool_calls": completion.calls_json(streamed=True)}))
+                self._event(completion.chunk({}, completion.finish_reason(event.stats)))
                 if completion.request.include_usage:
                     self._event(completion.usage_chunk(event.stats))
                 self._write_chunk(b"data: [DONE]\n\n")
@@ -708,19 +797,46 @@ class _Handler(BaseHTTPRequestHandler):
 class _Completion:
     """The response's fixed parts: one id and creation time for every chunk of a stream."""
 
-    def __init__(self, request: ChatRequest) -> None:
+    def __init__(self, request: ChatRequest, calls: list[ModelCall]) -> None:
         self.request = request
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
+        # The model's tool calls, taken out of its text by the engine; complete once its events end.
+        self._calls = calls
+
+    @property
+    def readable(self) -> list[ToolCallRecord]:
+        return [call.record for call in self._calls if call.problem is None]
+
+    def unreadable(self) -> str:
+        """A call the model wrote that cannot be read: given back as the text it is, for the client."""
+        return "".join(call.record.arguments for call in self._calls if call.problem is not None)
+
+    def calls_json(self, *, streamed: bool = False) -> list[dict[str, Any]]:
+        return [
+            {
+                **({"index": index} if streamed else {}),
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for index, call in enumerate(self.readable)
+        ]
+
+    def finish_reason(self, stats: GenerationStats) -> str:
+        return "tool_calls" if self.readable else _FINISH_REASONS[stats.stop_reason]
 
     def _base(self, kind: str) -> dict[str, Any]:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.request.model}
 
     def whole(self, text: str, stats: GenerationStats) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if self.readable:
+            message = {"role": "assistant", "content": text or None, "tool_calls": self.calls_json()}
         choice = {
             "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "finish_reason": _FINISH_REASONS[stats.stop_reason],
+            "message": message,
+            "finish_reason": self.finish_reason(stats),
             "logprobs": None,
         }
         return {**self._base("chat.completion"), "choices": [choice], "usage": _usage(stats)}

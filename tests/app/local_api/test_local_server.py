@@ -408,7 +408,11 @@ MALFORMED: list[tuple[object, str | None]] = [
     ([], None),
     ({"messages": COLOURS}, "model"),
     ({"model": "m", "messages": []}, "messages"),
-    ({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, "messages"),
+    ({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
+    (
+        {"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"id": 1}]}]},
+        "messages[0].tool_calls[0]",
+    ),
     ({"model": "m", "messages": [{"role": ["user"], "content": "x"}]}, "messages"),
     ({"model": "m", "messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
     (
@@ -427,7 +431,10 @@ MALFORMED: list[tuple[object, str | None]] = [
     ({"model": "m", "messages": COLOURS, "stop": ["x"] * 17}, "stop"),
     ({"model": "m", "messages": COLOURS, "stream": "yes"}, "stream"),
     ({"model": "m", "messages": COLOURS, "n": 2}, "n"),
-    ({"model": "m", "messages": COLOURS, "tools": [{"type": "function"}]}, "tools"),
+    ({"model": "m", "messages": COLOURS, "tools": [{"type": "function"}]}, "tools[0]"),
+    ({"model": "m", "messages": COLOURS, "tools": "add"}, "tools"),
+    ({"model": "m", "messages": COLOURS, "tool_choice": "required"}, "tool_choice"),
+    ({"model": "m", "messages": COLOURS, "functions": [{"name": "f"}]}, "functions"),
 ]
 
 
