@@ -29,6 +29,7 @@ from app.conversations.store import Message
 from app.documents.library import Attachment
 from app.errors import HearthError
 from app.remote.registry import split_model_name
+from app.tools.config import ToolServerRegistry
 from ui.attachments import AttachmentTray, FileDrops, PassageDialog, forget_opened_copies, openable_copy
 from ui.collection_picker import CollectionPicker
 from ui.composer import Composer
@@ -40,6 +41,7 @@ from ui.row_documents import FileRef, SourceRef
 from ui.safe_browser import ConfirmOpen, OpenUrl
 from ui.status_line import plain_label
 from ui.thumbnails import Thumbnails
+from ui.tool_widgets import ToolApprovalCard, ToolsPicker
 from ui.transcript import Transcript
 from ui.undo_bar import UndoBar
 from ui.window_context import WindowContext
@@ -166,9 +168,14 @@ class ChatArea(QWidget):
             images_refused=self.modelBar.images_refused,
         )
         self.collectionPicker = CollectionPicker(context.session, services.documents_service)
+        self.toolsPicker = ToolsPicker(context.session, ToolServerRegistry(services.paths.home))
+        self.toolApproval = ToolApprovalCard(services.chat.answer_tool)
+        services.chat.toolApprovalRequested.connect(self.toolApproval.ask)
+        services.chat.toolApprovalEnded.connect(self.toolApproval.ended)
         documents = QHBoxLayout()
         documents.addWidget(self.attachments, 1)
         documents.addWidget(self.collectionPicker)
+        documents.addWidget(self.toolsPicker)
         self.sendButton = QPushButton()
         self.sendButton.setObjectName("sendButton")
         self.stopButton = QPushButton()
@@ -189,6 +196,7 @@ class ChatArea(QWidget):
         layout.addWidget(self.damagedBanner)
         layout.addWidget(self.transcript, 1)
         layout.addWidget(self.editBanner)
+        layout.addWidget(self.toolApproval)
         layout.addWidget(self.contextMeter)
         layout.addLayout(documents)
         layout.addLayout(compose)
@@ -257,6 +265,8 @@ class ChatArea(QWidget):
         self.sendButton.setText(self.tr("Send"))
         self.attachments.retranslate()
         self.collectionPicker.retranslate()
+        self.toolsPicker.retranslate()
+        self.toolApproval.retranslate()
         self.update_controls()
         self.stopButton.setText(self.tr("Stop"))
         self.contextMeter.retranslate()

@@ -43,6 +43,7 @@ class Chat(Protocol):
         model_name: str,
         *,
         documents: TurnDocuments | None = None,
+        tools: Sequence[str] = (),
     ) -> object: ...
 
     def regenerate(self, message_id: int, model_name: str) -> object: ...
@@ -161,6 +162,8 @@ class ChatSession:
         # choice is saved with its conversation; until it is, and for a read that started before it, the
         # choice made here wins over what the store says.
         self._collections: dict[int | None, tuple[str, ...]] = {}
+        # The tool servers (MCP) whose tools the model may call in this window's chats.
+        self.tools: tuple[str, ...] = ()
 
         self.conversations_listed: Event[Sequence[Conversation]] = Event()
         self.branch_loaded: Event[BranchLoaded] = Event()
@@ -422,6 +425,9 @@ class ChatSession:
 
     # -- asking ----------------------------------------------------------------------------------
 
+    def choose_tools(self, names: Sequence[str]) -> None:
+        self.tools = tuple(dict.fromkeys(names))
+
     def can_send(self, prompt: str) -> bool:
         return bool(prompt.strip()) and not self._chat.busy and self.pending is None
 
@@ -442,7 +448,7 @@ class ChatSession:
             self.pending = Request(
                 "send", self.current_id, prompt, attachments=attachments, collections=collections
             )
-            self._chat.send(self.current_id, prompt, self.model, documents=documents)
+            self._chat.send(self.current_id, prompt, self.model, documents=documents, tools=self.tools)
 
     def regenerate(self, message_id: int) -> None:
         if self.model is None or self._chat.busy or self.pending is not None:
@@ -466,6 +472,10 @@ class ChatSession:
     # -- the reply, as the chat service reports it ------------------------------------------------
 
     def reply_started(self, conversation_id: int, user_message_id: int, assistant_message_id: int) -> None:
+        if self.live is not None and self.live.conversation_id == conversation_id:
+            # The model answers again after its tool calls: the reply before and the results are stored.
+            self._end_reply()
+            self.refresh_current()
         request = self.pending or Request("send", conversation_id)
         self.pending = None
         user_text = request.text if request.kind in ("send", "edit") else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -17,7 +17,9 @@ from app.errors import ContextOverflow, HearthError, ReplyNotSaved
 from app.qt.background import Background, describe
 from app.remote.openai_client import RemoteError
 from app.storage.orm import MessageStatus
-from inference.protocol import ErrorKind, SamplingParams
+from app.tools.chat import Approval, PendingApproval, ToolRequest, ToolSet
+from app.tools.host import ToolHost
+from inference.protocol import ErrorKind, SamplingParams, ToolCallRecord
 
 log = logging.getLogger("hearth.chat")
 
@@ -63,6 +65,21 @@ class _SignalCallbacks(TurnCallbacks):
     def model_status(self, status: ModelStatus) -> None:
         self._service.modelStatus.emit(status)
 
+    def approve_tool(self, request: ToolRequest) -> Approval:
+        # The window asks; this thread waits for the answer, or for Stop.
+        pending = PendingApproval(request)
+        service = self._service
+        service._pending_approvals.add(pending)
+        try:
+            service.toolApprovalRequested.emit(pending)
+            return pending.wait(lambda: service.engine.client.cancelled or service.closing)
+        finally:
+            service._pending_approvals.discard(pending)
+            service.toolApprovalEnded.emit(pending)
+
+    def tool_result(self, tool_message_id: int, call: ToolCallRecord, text: str, is_error: bool) -> None:
+        self._service.toolResult.emit(tool_message_id, text, is_error)
+
 
 class ChatService(QObject):
     """Signals are emitted from the inference thread (Qt queues them to receivers on the GUI thread), except
@@ -88,10 +105,21 @@ class ChatService(QObject):
     replyContextNote = Signal(int, str)
     # A ContextUsage, answering measure_context.
     contextUsage = Signal(object)
+    # A tool call the model made waits for the user (a PendingApproval: answer it from the GUI thread), and
+    # the question is over (answered, or given up on Stop).
+    toolApprovalRequested = Signal(object)
+    toolApprovalEnded = Signal(object)
+    # A call's result, stored as a tool message: its id, its text, whether it failed.
+    toolResult = Signal(int, str, bool)
 
-    def __init__(self, engine: ChatEngine, parent: QObject | None = None) -> None:
+    def __init__(
+        self, engine: ChatEngine, parent: QObject | None = None, *, tools: ToolHost | None = None
+    ) -> None:
         super().__init__(parent)
         self._engine = engine
+        self._tools = tools
+        self._pending_approvals: set[PendingApproval] = set()
+        self.closing = False
         # One thread: the runner's state is read and changed only there, one request at a time.
         self._worker = Background("inference", parent=self)
         self._busy = False
@@ -120,19 +148,31 @@ class ChatService(QObject):
         sampling: SamplingParams | None = None,
         *,
         documents: TurnDocuments | None = None,
+        tools: Sequence[str] = (),
     ) -> Future[None] | None:
         """Non-blocking. Ignored while a reply is streaming (the GUI disables Send meanwhile).
-        `documents`: the files attached to this prompt (already stored by the document library)."""
-        return self._start_turn(
-            lambda: self._engine.run_turn(
+        `documents`: the files attached to this prompt (already stored by the document library). `tools`:
+        the MCP servers whose tools the model may call; each call is asked about (toolApprovalRequested)."""
+        host = self._tools
+
+        def turn() -> TurnResult:
+            # Starting the servers and listing their tools blocks: here, on the inference thread.
+            offered = ToolSet.open(host, list(tools)) if tools and host is not None else None
+            return self._engine.run_turn(
                 prompt,
                 model_name,
                 conversation_id=conversation_id,
                 sampling=sampling,
                 callbacks=self._callbacks,
                 documents=documents,
+                tools=offered,
             )
-        )
+
+        return self._start_turn(turn)
+
+    @property
+    def tool_host(self) -> ToolHost | None:
+        return self._tools
 
     def regenerate(
         self, message_id: int, model_name: str, sampling: SamplingParams | None = None
@@ -282,8 +322,15 @@ class ChatService(QObject):
     def stop(self) -> None:
         self._engine.cancel()
 
+    def answer_tool(self, pending: PendingApproval, approval: Approval) -> None:
+        """GUI thread: the user's answer to a call the model made."""
+        pending.answer(approval)
+
     def shutdown(self) -> None:
+        self.closing = True  # a call waiting for an answer is denied: the turn ends
         self._engine.cancel()
         # Queued measurements would load a model just to be thrown away.
         self._worker.shutdown(cancel_pending=True)
         self._engine.close()
+        if self._tools is not None:
+            self._tools.close()

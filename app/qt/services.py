@@ -21,6 +21,8 @@ from app.qt.local_api_service import LocalServerService
 from app.qt.servers_service import ServersService
 from app.remote.registry import ServerRegistry
 from app.settings import Settings, save_settings, write_text_atomically
+from app.tools.config import ToolServerRegistry
+from app.tools.host import ToolHost
 from inference.hardware import HardwareReport, probe_hardware
 
 
@@ -71,7 +73,13 @@ class AppServices:
         )
         monitor = GpuMonitor()
         monitor.start()
-        chat = ChatService(engine)
+        # One host for the window's chats: a tool server stays running between calls and turns.
+        tools = ToolHost(
+            ToolServerRegistry(paths.home),
+            log_dir=paths.logs_dir,
+            call_timeout_s=core.settings.tool_timeout_s,
+        )
+        chat = ChatService(engine, tools=tools)
         local_server = LocalServerService(engine, core.settings.local_server_port)
         if core.settings.local_server_enabled:
             local_server.start(core.settings.local_server_port)

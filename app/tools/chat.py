@@ -8,7 +8,8 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from app.errors import HearthError
@@ -98,6 +99,32 @@ class ToolSet:
 
     def target(self, name: str) -> tuple[str, str] | None:
         return self.targets.get(name)
+
+
+class PendingApproval:
+    """A call waiting for a person's answer, between the thread running the turn (`wait`) and the one
+    showing the question (`answer`). Never answered, it is denied: a chat always ends."""
+
+    def __init__(self, request: ToolRequest) -> None:
+        self.request = request
+        self._answered = threading.Event()
+        self._answer = Approval.DENY
+
+    def answer(self, approval: Approval) -> None:
+        if not self._answered.is_set():
+            self._answer = approval
+            self._answered.set()
+
+    @property
+    def answered(self) -> bool:
+        return self._answered.is_set()
+
+    def wait(self, given_up: Callable[[], bool], poll_s: float = 0.1) -> Approval:
+        """Blocks until answered, or until `given_up()` says so (Stop was pressed, the window closes)."""
+        while not self._answered.wait(poll_s):
+            if given_up():
+                self.answer(Approval.DENY)
+        return self._answer
 
 
 def local_call_id(given: str | None = None) -> str:

@@ -1949,6 +1949,48 @@
     </message>
 </context>
 <context>
+    <name>ToolApprovalCard</name>
+    <message>
+        <source>The model wants to run {tool} on {server}. Allow it?</source>
+        <translation>模型想在 {server} 上运行 {tool}。允许吗？</translation>
+    </message>
+    <message>
+        <source>Allow once</source>
+        <translation>允许一次</translation>
+    </message>
+    <message>
+        <source>Allow in this chat</source>
+        <translation>在此对话中允许</translation>
+    </message>
+    <message>
+        <source>Run this tool without asking for the rest of this conversation</source>
+        <translation>在此对话的其余部分运行此工具时不再询问</translation>
+    </message>
+    <message>
+        <source>Deny</source>
+        <translation>拒绝</translation>
+    </message>
+</context>
+<context>
+    <name>ToolsPicker</name>
+    <message>
+        <source>No tool servers: add them with `hearth tools add`</source>
+        <translation>没有工具服务器：用 `hearth tools add` 添加</translation>
+    </message>
+    <message>
+        <source>Tools ({count})</source>
+        <translation>工具（{count}）</translation>
+    </message>
+    <message>
+        <source>Tools</source>
+        <translation>工具</translation>
+    </message>
+    <message>
+        <source>Choose the tool servers (MCP) whose tools the model may call; each call is asked about</source>
+        <translation>选择模型可以调用其工具的工具服务器（MCP）；每次调用都会先询问</translation>
+    </message>
+</context>
+<context>
     <name>Transcript</name>
     <message>
         <source>You</source>

@@ -3,14 +3,21 @@ made it, each result as a row of its own, their text in code blocks (data, never
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 from pytestqt.qtbot import QtBot
 
 from app.conversations.store import PartInput, ReplyProvenance
 from app.paths import HearthPaths
+from app.remote.registry import ServerRegistry
 from app.storage.orm import MessageStatus
-from tests.helpers.ui_fixtures import GuiSessions, click_conversation, rows, titles
+from app.tools.config import StdioTransport, ToolServerRegistry
+from tests.helpers.openai_peer import FaultServer
+from tests.helpers.ui_fixtures import GuiSessions, click, click_conversation, pick, rows, titles
+
+REPO = Path(__file__).resolve().parents[2]
 
 WAIT_MS = 30_000
 
@@ -44,3 +51,67 @@ def test_calls_and_results_show_in_the_transcript(
     assert calling == 'Let me add.\n\nCalled `add`:\n\n```json\n{"a": 2, "b": 40}\n```'
     assert returned == f"`add` returned:\n\n````\n{result}\n````"
     assert refused.startswith("`add` failed:")
+
+
+def test_a_call_is_asked_about_in_the_window_and_the_reply_follows_its_results(
+    gui: GuiSessions, qtbot: QtBot, fault_server: FaultServer, hermetic_home: Path
+) -> None:
+    """A server's model (the test server's "tools" model makes two calls of the first tool offered) with a
+    real MCP server: the user turns the server on in the Tools menu, allows the first call for the chat,
+    and the second runs without asking."""
+    ServerRegistry(hermetic_home).add("lab", fault_server.url)
+    registry = ToolServerRegistry(hermetic_home)
+    registry.add(
+        "maths", StdioTransport(sys.executable, ("-m", "tests.helpers.mcp_tool_server"), cwd=str(REPO))
+    )
+    session = gui.open(HearthPaths(hermetic_home), preload_model=False)
+    window = session.window
+    qtbot.waitUntil(lambda: window.modelPicker.findData("lab/tools") >= 0, timeout=WAIT_MS)
+    pick(window, "lab/tools")
+    picker = window.chatArea.toolsPicker
+    picker.fill_menu()
+    [maths] = [a for a in picker.menu_.actions() if a.text() == "maths"]
+    maths.trigger()
+    assert picker.text() == "Tools (1)"
+
+    window.composer.setPlainText("Add them")
+    click(window.sendButton)
+    card = window.chatArea.toolApproval
+    qtbot.waitUntil(card.isVisible, timeout=WAIT_MS)
+    assert card.question.text() == "The model wants to run add on maths. Allow it?"
+    assert json.loads(card.arguments.toPlainText()) == {"a": 2, "b": 40}
+    click(card.allowInChatButton)
+    qtbot.waitUntil(
+        lambda: (
+            [r.role for r in rows(window)] == ["user", "assistant", "tool", "tool", "assistant"]
+            and rows(window)[-1].status == "complete"
+        ),
+        timeout=WAIT_MS,
+    )
+    assert not card.isVisible()
+    assert rows(window)[-1].entry.content == "Results: 42, 2"
+    assert rows(window)[2].entry.content == "`add` returned:\n\n```\n42\n```"
+
+
+def test_stop_while_a_call_waits_denies_it_and_ends_the_chat(
+    gui: GuiSessions, qtbot: QtBot, fault_server: FaultServer, hermetic_home: Path
+) -> None:
+    ServerRegistry(hermetic_home).add("lab", fault_server.url)
+    ToolServerRegistry(hermetic_home).add(
+        "maths", StdioTransport(sys.executable, ("-m", "tests.helpers.mcp_tool_server"), cwd=str(REPO))
+    )
+    session = gui.open(HearthPaths(hermetic_home), preload_model=False)
+    window = session.window
+    qtbot.waitUntil(lambda: window.modelPicker.findData("lab/tools") >= 0, timeout=WAIT_MS)
+    pick(window, "lab/tools")
+    window.chatArea.toolsPicker.fill_menu()
+    next(a for a in window.chatArea.toolsPicker.menu_.actions() if a.text() == "maths").trigger()
+    window.composer.setPlainText("Add them")
+    click(window.sendButton)
+    card = window.chatArea.toolApproval
+    qtbot.waitUntil(card.isVisible, timeout=WAIT_MS)
+    click(window.chatArea.stopButton)
+    qtbot.waitUntil(lambda: not card.isVisible() and not session.services.chat.busy, timeout=WAIT_MS)
+    tools = [r for r in rows(window) if r.role == "tool"]
+    assert tools and tools[0].entry.content.startswith("`add` failed:")
+    assert "The user did not allow this call" in tools[0].entry.content

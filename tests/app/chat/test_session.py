@@ -3,7 +3,7 @@ the test, and background work run when the test says (as the GUI thread would se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,9 +52,11 @@ class FakeChat:
         model_name: str,
         *,
         documents: TurnDocuments | None = None,
+        tools: Sequence[str] = (),
     ) -> None:
         sent: tuple[Any, ...] = ("send", conversation_id, prompt, model_name)
-        self.asked.append(sent if documents is None else (*sent, documents))
+        sent = sent if documents is None else (*sent, documents)
+        self.asked.append(sent if not tools else (*sent, tuple(tools)))
 
     def regenerate(self, message_id: int, model_name: str) -> None:
         self.asked.append(("regenerate", message_id, model_name))

@@ -1,0 +1,166 @@
+"""Tools in the chat: a menu of the MCP servers whose tools the model may call in this window's chats, and
+the card that asks about each call the model makes (Allow once, Allow in this chat, Deny)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import shiboken6
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtGui import QAction, QFontDatabase
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QPlainTextEdit,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.chat.session import ChatSession
+from app.tools.chat import Approval, PendingApproval
+from app.tools.config import ToolServerRegistry
+
+
+class ToolsPicker(QToolButton):
+    """The servers the model may call tools of; checked in the menu, held by the chat session."""
+
+    def __init__(
+        self, session: ChatSession, registry: ToolServerRegistry, parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("toolsButton")
+        self._session = session
+        self._registry = registry
+        self.menu_ = QMenu(self)
+        self.menu_.setObjectName("toolsMenu")
+        self.setMenu(self.menu_)
+        self.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.menu_.aboutToShow.connect(self.fill_menu)
+        self.retranslate()
+
+    def fill_menu(self) -> None:
+        """From mcp.json as it is now: a small file, read when the menu opens."""
+        self.menu_.clear()
+        servers = [s for s in self._registry.servers() if s.enabled]
+        if not servers:
+            empty = QAction(self.tr("No tool servers: add them with `hearth tools add`"), self.menu_)
+            empty.setEnabled(False)
+            self.menu_.addAction(empty)
+            return
+        chosen = set(self._session.tools)
+        for server in servers:
+            action = QAction(server.name, self.menu_)
+            action.setCheckable(True)
+            action.setChecked(server.name in chosen)
+            action.toggled.connect(lambda on, name=server.name: self._toggle(name, on))
+            self.menu_.addAction(action)
+
+    def _toggle(self, name: str, on: bool) -> None:
+        names = [n for n in self._session.tools if n != name]
+        self._session.choose_tools((*names, name) if on else tuple(names))
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        count = len(self._session.tools)
+        self.setText(self.tr("Tools ({count})").format(count=count) if count else self.tr("Tools"))
+        self.setToolTip(
+            self.tr("Choose the tool servers (MCP) whose tools the model may call; each call is asked about")
+        )
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.LanguageChange:
+            self.retranslate()
+        super().changeEvent(event)
+
+
+class ToolApprovalCard(QFrame):
+    """One call at a time: what would run, where, with which arguments, and the user's three answers."""
+
+    def __init__(
+        self, answer: Callable[[PendingApproval, Approval], None], parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("toolApprovalCard")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self._answer = answer
+        self.pending: PendingApproval | None = None
+        self.question = QLabel()
+        self.question.setObjectName("toolQuestion")
+        self.question.setTextFormat(Qt.TextFormat.PlainText)
+        self.question.setWordWrap(True)
+        self.arguments = QPlainTextEdit()
+        self.arguments.setObjectName("toolArguments")
+        self.arguments.setReadOnly(True)
+        self.arguments.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.arguments.setMaximumHeight(120)
+        self.allowOnceButton = QPushButton()
+        self.allowOnceButton.setObjectName("allowOnceButton")
+        self.allowInChatButton = QPushButton()
+        self.allowInChatButton.setObjectName("allowInChatButton")
+        self.denyButton = QPushButton()
+        self.denyButton.setObjectName("denyButton")
+        for button, approval in (
+            (self.allowOnceButton, Approval.ALLOW_ONCE),
+            (self.allowInChatButton, Approval.ALLOW_IN_CHAT),
+            (self.denyButton, Approval.DENY),
+        ):
+            button.clicked.connect(lambda _checked=False, a=approval: self._answered(a))
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.denyButton)
+        buttons.addWidget(self.allowInChatButton)
+        buttons.addWidget(self.allowOnceButton)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.addWidget(self.question)
+        layout.addWidget(self.arguments)
+        layout.addLayout(buttons)
+        self.retranslate()
+        self.hide()
+
+    def ask(self, pending: PendingApproval) -> None:
+        self.pending = pending
+        self._show_request()
+        self.show()
+        self.allowOnceButton.setFocus()
+
+    def ended(self, pending: PendingApproval) -> None:
+        """The question is over: answered here, or given up (Stop, or the window closing)."""
+        if self.pending is pending and shiboken6.isValid(self):
+            self.pending = None
+            self.hide()
+
+    def _answered(self, approval: Approval) -> None:
+        pending = self.pending
+        if pending is not None:
+            self._answer(pending, approval)
+            self.ended(pending)
+
+    def _show_request(self) -> None:
+        if self.pending is None:
+            return
+        request = self.pending.request
+        self.question.setText(
+            self.tr("The model wants to run {tool} on {server}. Allow it?").format(
+                tool=request.tool, server=request.server
+            )
+        )
+        self.arguments.setPlainText(request.arguments_shown())
+
+    def retranslate(self) -> None:
+        self.allowOnceButton.setText(self.tr("Allow once"))
+        self.allowInChatButton.setText(self.tr("Allow in this chat"))
+        self.allowInChatButton.setToolTip(
+            self.tr("Run this tool without asking for the rest of this conversation")
+        )
+        self.denyButton.setText(self.tr("Deny"))
+        self._show_request()
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.LanguageChange:
+            self.retranslate()
+        super().changeEvent(event)
