@@ -234,6 +234,33 @@ def _set_aside(path: Path) -> None:
     log.warning("Settings file %s is not valid JSON; kept it as %s and using defaults", path, target.name)
 
 
+def read_section(path: Path, key: str, kind: type[list[Any]] | type[dict[str, Any]], what: str) -> Any:
+    """The `key` entry of the JSON object in `path` when it is a `kind`, else None: for a file that does not
+    exist or cannot be read (logged), and for a damaged one (not JSON, or without that entry), which is set
+    aside (set_aside) so what it held can be recovered. `what` names the file's contents in the log."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("could not read %s (%s); no %s are listed", path, exc, what)
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        data = None
+    section = data.get(key) if isinstance(data, dict) else None
+    if isinstance(section, kind):
+        return section
+    try:
+        kept = set_aside(path)
+    except OSError as exc:
+        log.error("%s is damaged and could not be moved aside (%s)", path, exc)
+    else:
+        log.warning("%s is damaged; kept it as %s", path, kept.name)
+    return None
+
+
 def set_aside(path: Path) -> Path:
     """Rename a damaged file to `<name>.corrupt-<timestamp>`, so what it held can still be recovered.
 

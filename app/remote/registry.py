@@ -26,7 +26,7 @@ from typing import Final
 from app.errors import HearthError
 from app.remote.openai_client import OpenAIClient, RemoteError, ServerModel, StreamCancel, normalize_base_url
 from app.secret_store import SecretResult, SecretStatus, SecretStore
-from app.settings import set_aside, write_text_atomically
+from app.settings import read_section, write_text_atomically
 from inference.protocol import ErrorKind
 
 log = logging.getLogger("hearth.servers")
@@ -341,25 +341,8 @@ class ServerRegistry:
     # -- the file -----------------------------------------------------------------------------------
 
     def _read(self) -> list[Server]:
-        try:
-            raw = self._path.read_bytes()
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            log.warning("could not read %s (%s); no servers are listed", self._path, exc)
-            return []
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError):
-            data = None
-        entries = data.get("servers") if isinstance(data, dict) else None
-        if not isinstance(entries, list):
-            try:
-                kept = set_aside(self._path)
-            except OSError as exc:
-                log.error("%s is damaged and could not be moved aside (%s)", self._path, exc)
-            else:
-                log.warning("%s is damaged; kept it as %s", self._path, kept.name)
+        entries = read_section(self._path, "servers", list, "servers")
+        if entries is None:
             return []
         servers: dict[str, Server] = {}
         for index, entry in enumerate(entries):

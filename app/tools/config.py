@@ -30,7 +30,7 @@ from typing import Final
 
 from app.errors import HearthError
 from app.secret_store import SecretResult, SecretStore
-from app.settings import set_aside, write_text_atomically
+from app.settings import read_section, write_text_atomically
 
 log = logging.getLogger("hearth.tools")
 
@@ -247,25 +247,8 @@ class ToolServerRegistry:
         return ImportResult(tuple(added), tuple(skipped), tuple(stored))
 
     def _read(self) -> dict[str, ToolServer]:
-        try:
-            raw = self._path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        except OSError as exc:
-            log.warning("could not read %s (%s); no tool servers are listed", self._path, exc)
-            return {}
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError):
-            data = None
-        entries = data.get("mcpServers") if isinstance(data, dict) else None
-        if not isinstance(entries, dict):
-            try:
-                kept = set_aside(self._path)
-            except OSError as exc:
-                log.error("%s is damaged and could not be moved aside (%s)", self._path, exc)
-            else:
-                log.warning("%s is damaged; kept it as %s", self._path, kept.name)
+        entries = read_section(self._path, "mcpServers", dict, "tool servers")
+        if entries is None:
             return {}
         servers: dict[str, ToolServer] = {}
         for raw_name, entry in entries.items():

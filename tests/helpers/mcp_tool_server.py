@@ -12,16 +12,26 @@ server was started with).
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+from app.tools.config import StdioTransport
+
 TOKEN = "test-bearer-7f3a"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def stdio_transport() -> StdioTransport:
+    """How Hearth starts this server: this interpreter, in the checkout (where `tests` imports from)."""
+    return StdioTransport(sys.executable, ("-m", "tests.helpers.mcp_tool_server"), cwd=str(REPO))
 
 
 def build() -> MCPServer:

@@ -4,7 +4,6 @@ made it, each result as a row of its own, their text in code blocks (data, never
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from pytestqt.qtbot import QtBot
@@ -13,11 +12,10 @@ from app.conversations.store import PartInput, ReplyProvenance
 from app.paths import HearthPaths
 from app.remote.registry import ServerRegistry
 from app.storage.orm import MessageStatus
-from app.tools.config import StdioTransport, ToolServerRegistry
+from app.tools.config import ToolServerRegistry
+from tests.helpers.mcp_tool_server import stdio_transport
 from tests.helpers.openai_peer import FaultServer
 from tests.helpers.ui_fixtures import GuiSessions, click, click_conversation, pick, rows, titles
-
-REPO = Path(__file__).resolve().parents[2]
 
 WAIT_MS = 30_000
 
@@ -61,9 +59,7 @@ def test_a_call_is_asked_about_in_the_window_and_the_reply_follows_its_results(
     and the second runs without asking."""
     ServerRegistry(hermetic_home).add("lab", fault_server.url)
     registry = ToolServerRegistry(hermetic_home)
-    registry.add(
-        "maths", StdioTransport(sys.executable, ("-m", "tests.helpers.mcp_tool_server"), cwd=str(REPO))
-    )
+    registry.add("maths", stdio_transport())
     session = gui.open(HearthPaths(hermetic_home), preload_model=False)
     window = session.window
     qtbot.waitUntil(lambda: window.modelPicker.findData("lab/tools") >= 0, timeout=WAIT_MS)
@@ -97,9 +93,7 @@ def test_stop_while_a_call_waits_denies_it_and_ends_the_chat(
     gui: GuiSessions, qtbot: QtBot, fault_server: FaultServer, hermetic_home: Path
 ) -> None:
     ServerRegistry(hermetic_home).add("lab", fault_server.url)
-    ToolServerRegistry(hermetic_home).add(
-        "maths", StdioTransport(sys.executable, ("-m", "tests.helpers.mcp_tool_server"), cwd=str(REPO))
-    )
+    ToolServerRegistry(hermetic_home).add("maths", stdio_transport())
     session = gui.open(HearthPaths(hermetic_home), preload_model=False)
     window = session.window
     qtbot.waitUntil(lambda: window.modelPicker.findData("lab/tools") >= 0, timeout=WAIT_MS)

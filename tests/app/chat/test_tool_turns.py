@@ -7,7 +7,6 @@ prompt, tools and results included, with the model's own template."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from app.errors import HearthError
 from app.settings import SettingsStore
 from app.storage.orm import MessageStatus
 from app.tools.chat import Approval, ToolRequest, ToolSet
-from app.tools.config import StdioTransport, ToolServerRegistry
 from app.tools.host import ToolHost
 from inference.protocol import (
     Failed,
@@ -37,7 +35,6 @@ from tests.conftest import starter_model_file
 from tests.helpers.model_files import with_chat_template
 
 Event = PromptReady | TokenDelta | Finished | Failed
-REPO = Path(__file__).resolve().parents[3]
 STATS = GenerationStats(10, 0, 5, 0.1, 20.0, StopReason.END_OF_TURN, 1)
 QUICK = SamplingParams(temperature=0.0, max_tokens=8)
 # Hermes-style calls (tool_call_format: HERMES), short enough to take the starter model's template's place.
@@ -90,17 +87,6 @@ def tools_model(core: Core, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def host(core: Core, tmp_path: Path) -> Iterator[ToolHost]:
-    registry = ToolServerRegistry(core.paths.home)
-    registry.add(
-        "maths", StdioTransport(sys.executable, ("-m", "tests.helpers.mcp_tool_server"), cwd=str(REPO))
-    )
-    made = ToolHost(registry, log_dir=tmp_path / "logs", call_timeout_s=10)
-    yield made
-    made.close()
-
-
-@pytest.fixture
 def engine(core: Core) -> Iterator[Callable[..., ScriptedTools]]:
     made: list[ScriptedTools] = []
 
@@ -125,12 +111,16 @@ ADD_CALL = ["I will add them. <tool_", 'call>{"name": "add", "arguments": {"a": 
 
 @pytest.mark.model
 def test_an_allowed_call_runs_is_stored_and_the_model_answers_after_it(
-    core: Core, tools_model: str, host: ToolHost, engine: Callable[..., ScriptedTools]
+    core: Core, tools_model: str, tool_host: ToolHost, engine: Callable[..., ScriptedTools]
 ) -> None:
     chat = engine(ADD_CALL, ["2 + 40 = 42."])
     answers = Answers(Approval.ALLOW_ONCE)
     result = chat.run_turn(
-        "What is 2 + 40?", tools_model, sampling=QUICK, callbacks=answers, tools=ToolSet.open(host, ["maths"])
+        "What is 2 + 40?",
+        tools_model,
+        sampling=QUICK,
+        callbacks=answers,
+        tools=ToolSet.open(tool_host, ["maths"]),
     )
     assert (result.status, result.text) == (MessageStatus.COMPLETE, "2 + 40 = 42.")
     [asked] = answers.asked
@@ -163,11 +153,11 @@ def test_an_allowed_call_runs_is_stored_and_the_model_answers_after_it(
 
 @pytest.mark.model
 def test_a_denied_call_is_not_run_and_the_model_is_told(
-    core: Core, tools_model: str, host: ToolHost, engine: Callable[..., ScriptedTools]
+    core: Core, tools_model: str, tool_host: ToolHost, engine: Callable[..., ScriptedTools]
 ) -> None:
     chat = engine(ADD_CALL, ["I may not use the tool."])
     result = chat.run_turn(
-        "What is 2 + 40?", tools_model, sampling=QUICK, tools=ToolSet.open(host, ["maths"])
+        "What is 2 + 40?", tools_model, sampling=QUICK, tools=ToolSet.open(tool_host, ["maths"])
     )
     assert result.status is MessageStatus.COMPLETE
     tool = core.store.list_messages(result.conversation_id)[2]
@@ -178,11 +168,11 @@ def test_a_denied_call_is_not_run_and_the_model_is_told(
 
 @pytest.mark.model
 def test_a_tool_allowed_for_the_chat_is_not_asked_about_again(
-    core: Core, tools_model: str, host: ToolHost, engine: Callable[..., ScriptedTools]
+    core: Core, tools_model: str, tool_host: ToolHost, engine: Callable[..., ScriptedTools]
 ) -> None:
     chat = engine(ADD_CALL, ["42."], ADD_CALL, ["42 again."])
     answers = Answers(Approval.ALLOW_IN_CHAT)
-    tools = ToolSet.open(host, ["maths"])
+    tools = ToolSet.open(tool_host, ["maths"])
     first = chat.run_turn("2 + 40?", tools_model, sampling=QUICK, callbacks=answers, tools=tools)
     chat.run_turn(
         "Again?",
@@ -197,12 +187,12 @@ def test_a_tool_allowed_for_the_chat_is_not_asked_about_again(
 
 @pytest.mark.model
 def test_rounds_end_at_the_setting_with_a_reply_offered_no_tools(
-    core: Core, tools_model: str, host: ToolHost, engine: Callable[..., ScriptedTools]
+    core: Core, tools_model: str, tool_host: ToolHost, engine: Callable[..., ScriptedTools]
 ) -> None:
     chat = engine(ADD_CALL, ADD_CALL, ["Done."], tool_rounds=2)
     answers = Answers(Approval.ALLOW_IN_CHAT)
     result = chat.run_turn(
-        "Add twice", tools_model, sampling=QUICK, callbacks=answers, tools=ToolSet.open(host, ["maths"])
+        "Add twice", tools_model, sampling=QUICK, callbacks=answers, tools=ToolSet.open(tool_host, ["maths"])
     )
     assert result.text == "Done."
     assert [bool(r.tools) for r in chat.requests] == [True, True, False]
@@ -212,7 +202,7 @@ def test_rounds_end_at_the_setting_with_a_reply_offered_no_tools(
 
 @pytest.mark.model
 def test_an_unknown_tool_or_an_unreadable_call_is_an_error_for_the_model_and_runs_nothing(
-    core: Core, tools_model: str, host: ToolHost, engine: Callable[..., ScriptedTools]
+    core: Core, tools_model: str, tool_host: ToolHost, engine: Callable[..., ScriptedTools]
 ) -> None:
     chat = engine(
         ['<tool_call>{"name": "divide", "arguments": {}}</tool_call><tool_call>{"name": "add", "argu'],
@@ -220,7 +210,7 @@ def test_an_unknown_tool_or_an_unreadable_call_is_an_error_for_the_model_and_run
     )
     answers = Answers()
     result = chat.run_turn(
-        "Divide", tools_model, sampling=QUICK, callbacks=answers, tools=ToolSet.open(host, ["maths"])
+        "Divide", tools_model, sampling=QUICK, callbacks=answers, tools=ToolSet.open(tool_host, ["maths"])
     )
     assert answers.asked == [], "nothing could be asked about"
     unknown, unreadable = core.store.list_messages(result.conversation_id)[2:4]
@@ -231,18 +221,18 @@ def test_an_unknown_tool_or_an_unreadable_call_is_an_error_for_the_model_and_run
 
 @pytest.mark.model
 def test_a_model_whose_template_takes_no_tools_says_so_and_stores_nothing(
-    core: Core, host: ToolHost, engine: Callable[..., ScriptedTools]
+    core: Core, tool_host: ToolHost, engine: Callable[..., ScriptedTools]
 ) -> None:
     chat = engine()
     (starter,) = [m.name for m in core.library.list_models()]
     with pytest.raises(HearthError, match=r"cannot use tools: its chat template takes none"):
-        chat.run_turn("2 + 40?", starter, sampling=QUICK, tools=ToolSet.open(host, ["maths"]))
+        chat.run_turn("2 + 40?", starter, sampling=QUICK, tools=ToolSet.open(tool_host, ["maths"]))
     assert core.store.list_conversations() == []
 
 
 @pytest.mark.model
 def test_the_real_model_is_offered_the_tools_and_replies(
-    core: Core, tools_model: str, host: ToolHost
+    core: Core, tools_model: str, tool_host: ToolHost
 ) -> None:
     """No script: the runner renders the tools into the prompt, generates with control tokens spelled,
     and the reply is stored (what a 135M model says is not the point)."""
@@ -253,7 +243,7 @@ def test_the_real_model_is_offered_the_tools_and_replies(
             tools_model,
             sampling=QUICK,
             callbacks=TurnCallbacks(),  # denies every call
-            tools=ToolSet.open(host, ["maths"]),
+            tools=ToolSet.open(tool_host, ["maths"]),
         )
     finally:
         chat.close()

@@ -5,9 +5,7 @@ messages and the reply after them is stored like any."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,12 +14,9 @@ from app.core import Core
 from app.remote.registry import ServerRegistry
 from app.storage.orm import MessageStatus
 from app.tools.chat import Approval, ToolSet
-from app.tools.config import StdioTransport, ToolServerRegistry
 from app.tools.host import ToolHost
 from tests.app.chat.test_tool_turns import QUICK, Answers
 from tests.helpers.openai_peer import FaultServer, serve_faults
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -31,24 +26,13 @@ def lab(core: Core) -> Iterator[FaultServer]:
         yield server
 
 
-@pytest.fixture
-def host(core: Core, tmp_path: Path) -> Iterator[ToolHost]:
-    registry = ToolServerRegistry(core.paths.home)
-    registry.add(
-        "maths", StdioTransport(sys.executable, ("-m", "tests.helpers.mcp_tool_server"), cwd=str(REPO))
-    )
-    made = ToolHost(registry, log_dir=tmp_path / "logs", call_timeout_s=10)
-    yield made
-    made.close()
-
-
 def test_a_servers_model_calls_tools_and_answers_after_the_results(
-    core: Core, lab: FaultServer, host: ToolHost, make_engine: Callable[..., ChatEngine]
+    core: Core, lab: FaultServer, tool_host: ToolHost, make_engine: Callable[..., ChatEngine]
 ) -> None:
     engine = make_engine(servers=ServerRegistry(core.paths.home))
     answers = Answers(Approval.ALLOW_IN_CHAT)
     result = engine.run_turn(
-        "Add", "lab/tools", sampling=QUICK, callbacks=answers, tools=ToolSet.open(host, ["maths"])
+        "Add", "lab/tools", sampling=QUICK, callbacks=answers, tools=ToolSet.open(tool_host, ["maths"])
     )
     assert (result.status, result.text) == (MessageStatus.COMPLETE, "Results: 42, 2")
     assert len(answers.asked) == 1, "allowed for the chat: the second call was not asked about"

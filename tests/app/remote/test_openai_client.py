@@ -291,7 +291,12 @@ def test_tls_is_verified_and_a_chosen_ca_bundle_is_honoured(tmp_path: Path) -> N
 def test_vllm_reports_each_models_context_in_the_model_list(fault_server: FaultServer) -> None:
     fault_server.max_model_len = {"echo": 4096, "usage": 32768}
     models = OpenAIClient(fault_server.url).list_models()
-    assert {m.id: m.context_tokens for m in models} == {"echo": 4096, "reasoning": None, "usage": 32768}
+    assert {m.id: m.context_tokens for m in models} == {
+        "echo": 4096,
+        "reasoning": None,
+        "usage": 32768,
+        "tools": None,
+    }
     # The list said it all: nothing else was asked.
     assert [r.path for r in fault_server.requests] == ["/v1/models"]
 

@@ -15,10 +15,9 @@ from app.secret_store import SecretStore
 from app.tools.config import HttpTransport, StdioTransport, ToolServerRegistry
 from app.tools.host import ToolHost, ToolServerError
 from tests.conftest import MemoryKeyring
-from tests.helpers.mcp_tool_server import serve_http
+from tests.helpers.mcp_tool_server import serve_http, stdio_transport
 
-REPO = Path(__file__).resolve().parents[3]
-STDIO = StdioTransport(sys.executable, ("-m", "tests.helpers.mcp_tool_server"), cwd=str(REPO))
+STDIO = stdio_transport()
 
 
 @pytest.fixture
