@@ -53,6 +53,7 @@ from ui.servers_panel import ServersDialog
 from ui.sidebar import Sidebar
 from ui.status_line import StatusLine
 from ui.theme import Theme, palette, resolve_theme, stylesheet
+from ui.tools_panel import ToolsDialog
 from ui.window_context import WindowContext
 
 T = TypeVar("T")
@@ -86,6 +87,7 @@ class MainWindow(QMainWindow):
         self._library_dialog: LibraryDialog | None = None
         self._local_server_dialog: LocalServerDialog | None = None
         self._documents_dialog: DocumentsDialog | None = None
+        self._tools_dialog: ToolsDialog | None = None
         # Once closed, no new background work: the services may already be shutting down.
         self._closed = False
         read_only = services.core.damaged is not None
@@ -232,6 +234,8 @@ class MainWindow(QMainWindow):
         menus.openDocuments.connect(self.open_documents)
         menus.openLocalServer.connect(self.open_local_server)
         menus.openServers.connect(self.open_manage_servers)
+        menus.openTools.connect(self.open_tools)
+        self.chatArea.toolsPicker.manageRequested.connect(self.open_tools)
         menus.themeChosen.connect(self.set_theme_choice)
         menus.languageChosen.connect(self.set_language)
 
@@ -421,6 +425,16 @@ class MainWindow(QMainWindow):
         self._documents_dialog.raise_()
         self._documents_dialog.activateWindow()
         return self._documents_dialog
+
+    def open_tools(self) -> ToolsDialog:
+        if self._tools_dialog is None:
+            host = self._services.chat.tool_host
+            assert host is not None, "the window's chat service has a tool host"
+            self._tools_dialog = ToolsDialog(host.registry, host, self._context.run, parent=self)
+        self._tools_dialog.show()
+        self._tools_dialog.raise_()
+        self._tools_dialog.activateWindow()
+        return self._tools_dialog
 
     def open_add_server(self) -> ServerDialog:
         return self.chatArea.modelBar.open_add_server()

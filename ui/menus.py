@@ -25,6 +25,7 @@ class MainMenus(QObject):
     openDocuments = Signal()
     openLocalServer = Signal()
     openServers = Signal()
+    openTools = Signal()
     themeChosen = Signal(str)
     languageChosen = Signal(str)
 
@@ -75,6 +76,7 @@ class MainMenus(QObject):
         )
         self.localServerAction = self._action(self.viewMenu, "localServerAction", self.openLocalServer.emit)
         self.serversAction = self._action(self.viewMenu, "serversAction", self.openServers.emit)
+        self.toolsAction = self._action(self.viewMenu, "toolsAction", self.openTools.emit)
         self.themeMenu = self.viewMenu.addMenu("")
         self._theme_actions: dict[str, QAction] = {}
         themes = QActionGroup(self)
@@ -130,6 +132,7 @@ class MainMenus(QObject):
         self.documentsAction.setText(self.tr("&Documents…"))
         self.localServerAction.setText(self.tr("Local API &server…"))
         self.serversAction.setText(self.tr("Se&rvers…"))
+        self.toolsAction.setText(self.tr("T&ools…"))
         self.themeMenu.setTitle(self.tr("&Theme"))
         theme_names = {
             "system": self.tr("Follow the system"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import shiboken6
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QAction, QFontDatabase
 from PySide6.QtWidgets import (
     QFrame,
@@ -28,6 +28,9 @@ from app.tools.config import ToolServerRegistry
 class ToolsPicker(QToolButton):
     """The servers the model may call tools of; checked in the menu, held by the chat session."""
 
+    # "Manage tool servers…" in the menu: the window opens View → Tools….
+    manageRequested = Signal()
+
     def __init__(
         self, session: ChatSession, registry: ToolServerRegistry, parent: QWidget | None = None
     ) -> None:
@@ -47,10 +50,9 @@ class ToolsPicker(QToolButton):
         self.menu_.clear()
         servers = [s for s in self._registry.servers() if s.enabled]
         if not servers:
-            empty = QAction(self.tr("No tool servers: add them with `hearth tools add`"), self.menu_)
+            empty = QAction(self.tr("No tool servers yet"), self.menu_)
             empty.setEnabled(False)
             self.menu_.addAction(empty)
-            return
         chosen = set(self._session.tools)
         for server in servers:
             action = QAction(server.name, self.menu_)
@@ -58,6 +60,11 @@ class ToolsPicker(QToolButton):
             action.setChecked(server.name in chosen)
             action.toggled.connect(lambda on, name=server.name: self._toggle(name, on))
             self.menu_.addAction(action)
+        self.menu_.addSeparator()
+        manage = QAction(self.tr("Manage tool servers…"), self.menu_)
+        manage.setObjectName("manageToolServersAction")
+        manage.triggered.connect(self.manageRequested)
+        self.menu_.addAction(manage)
 
     def _toggle(self, name: str, on: bool) -> None:
         names = [n for n in self._session.tools if n != name]

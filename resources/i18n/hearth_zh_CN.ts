@@ -1235,6 +1235,10 @@
         <translation>服务器(&amp;R)…</translation>
     </message>
     <message>
+        <source>T&amp;ools…</source>
+        <translation>工具(&amp;O)…</translation>
+    </message>
+    <message>
         <source>&amp;Theme</source>
         <translation>主题(&amp;T)</translation>
     </message>
@@ -1972,10 +1976,97 @@
     </message>
 </context>
 <context>
+    <name>ToolsDialog</name>
+    <message>
+        <source>Give the command that starts the server, or its address.</source>
+        <translation>请给出启动服务器的命令，或它的地址。</translation>
+    </message>
+    <message>
+        <source>Added {name}.</source>
+        <translation>已添加 {name}。</translation>
+    </message>
+    <message>
+        <source>Removed {name}.</source>
+        <translation>已移除 {name}。</translation>
+    </message>
+    <message>
+        <source>Starting the tool servers…</source>
+        <translation>正在启动工具服务器…</translation>
+    </message>
+    <message>
+        <source>Off</source>
+        <translation>已关闭</translation>
+    </message>
+    <message>
+        <source>Not started</source>
+        <translation>未启动</translation>
+    </message>
+    <message>
+        <source>Failed</source>
+        <translation>失败</translation>
+    </message>
+    <message>
+        <source>{count} tools</source>
+        <translation>{count} 个工具</translation>
+    </message>
+    <message>
+        <source>Turn on</source>
+        <translation>开启</translation>
+    </message>
+    <message>
+        <source>Turn off</source>
+        <translation>关闭</translation>
+    </message>
+    <message>
+        <source>Tool servers (MCP)</source>
+        <translation>工具服务器（MCP）</translation>
+    </message>
+    <message>
+        <source>Server or tool</source>
+        <translation>服务器或工具</translation>
+    </message>
+    <message>
+        <source>State</source>
+        <translation>状态</translation>
+    </message>
+    <message>
+        <source>Details</source>
+        <translation>详情</translation>
+    </message>
+    <message>
+        <source>Name</source>
+        <translation>名称</translation>
+    </message>
+    <message>
+        <source>Command that starts it (npx -y …, uvx …), or its https:// address</source>
+        <translation>启动它的命令（npx -y …、uvx …），或它的 https:// 地址</translation>
+    </message>
+    <message>
+        <source>Add</source>
+        <translation>添加</translation>
+    </message>
+    <message>
+        <source>Remove</source>
+        <translation>移除</translation>
+    </message>
+    <message>
+        <source>Start and list tools</source>
+        <translation>启动并列出工具</translation>
+    </message>
+    <message>
+        <source>Start the servers that are on and ask each for its tools</source>
+        <translation>启动已开启的服务器，并向每个服务器询问其工具</translation>
+    </message>
+</context>
+<context>
     <name>ToolsPicker</name>
     <message>
-        <source>No tool servers: add them with `hearth tools add`</source>
-        <translation>没有工具服务器：用 `hearth tools add` 添加</translation>
+        <source>No tool servers yet</source>
+        <translation>还没有工具服务器</translation>
+    </message>
+    <message>
+        <source>Manage tool servers…</source>
+        <translation>管理工具服务器…</translation>
     </message>
     <message>
         <source>Tools ({count})</source>

@@ -4,8 +4,11 @@ made it, each result as a row of its own, their text in code blocks (data, never
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from pathlib import Path
 
+from PySide6.QtWidgets import QTreeWidgetItem
 from pytestqt.qtbot import QtBot
 
 from app.conversations.store import PartInput, ReplyProvenance
@@ -16,6 +19,7 @@ from app.tools.config import ToolServerRegistry
 from tests.helpers.mcp_tool_server import stdio_transport
 from tests.helpers.openai_peer import FaultServer
 from tests.helpers.ui_fixtures import GuiSessions, click, click_conversation, pick, rows, titles
+from ui.tools_panel import ToolsDialog
 
 WAIT_MS = 30_000
 
@@ -106,6 +110,60 @@ def test_stop_while_a_call_waits_denies_it_and_ends_the_chat(
     qtbot.waitUntil(card.isVisible, timeout=WAIT_MS)
     click(window.chatArea.stopButton)
     qtbot.waitUntil(lambda: not card.isVisible() and not session.services.chat.busy, timeout=WAIT_MS)
+    # The stored turn is read back once the reply ends.
+    qtbot.waitUntil(lambda: any(r.role == "tool" for r in rows(window)), timeout=WAIT_MS)
     tools = [r for r in rows(window) if r.role == "tool"]
-    assert tools and tools[0].entry.content.startswith("`add` failed:")
+    assert tools[0].entry.content.startswith("`add` failed:")
     assert "The user did not allow this call" in tools[0].entry.content
+
+
+def first_server(dialog: ToolsDialog) -> QTreeWidgetItem:
+    item = dialog.serverTree.topLevelItem(0)
+    assert item is not None, "no server listed"
+    return item
+
+
+def test_tool_servers_are_added_checked_turned_off_and_removed_in_the_tools_dialog(
+    gui: GuiSessions, qtbot: QtBot, hermetic_home: Path
+) -> None:
+    session = gui.open(HearthPaths(hermetic_home), preload_model=False)
+    window = session.window
+    window.menus.toolsAction.trigger()
+    dialog = window.open_tools()
+    assert dialog.isVisible() and dialog.serverTree.topLevelItemCount() == 0
+
+    dialog.nameEdit.setText("maths")
+    dialog.targetEdit.setText(f"{shlex.quote(sys.executable)} -m tests.helpers.mcp_tool_server")
+    click(dialog.addButton)
+    assert json.loads((hermetic_home / "mcp.json").read_text())["mcpServers"]["maths"]["args"] == [
+        "-m",
+        "tests.helpers.mcp_tool_server",
+    ]
+    # Added, then started off the GUI thread and asked for its tools.
+    qtbot.waitUntil(lambda: first_server(dialog).text(1) == "6 tools", timeout=WAIT_MS)
+    item = first_server(dialog)
+    tools = {child.text(0): child.text(2) for child in map(item.child, range(item.childCount())) if child}
+    assert tools["add"] == "Add two whole numbers."
+
+    item.setSelected(True)
+    assert dialog.toggleButton.text() == "Turn off"
+    click(dialog.toggleButton)
+    assert first_server(dialog).text(1) == "Off"
+    assert json.loads((hermetic_home / "mcp.json").read_text())["mcpServers"]["maths"]["disabled"] is True
+    # The Tools menu offers only servers that are on.
+    picker = window.chatArea.toolsPicker
+    picker.fill_menu()
+    assert [a.text() for a in picker.menu_.actions() if a.text()] == [
+        "No tool servers yet",
+        "Manage tool servers…",
+    ]
+
+    first_server(dialog).setSelected(True)
+    click(dialog.removeButton)
+    assert dialog.serverTree.topLevelItemCount() == 0
+    assert json.loads((hermetic_home / "mcp.json").read_text())["mcpServers"] == {}
+
+    dialog.nameEdit.setText("bad name")
+    dialog.targetEdit.setText("uvx thing")
+    click(dialog.addButton)
+    assert "cannot name a tool server" in dialog.statusLabel.text()
