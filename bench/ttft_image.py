@@ -13,8 +13,9 @@ does and times, through ChatService, from Send to the first token on the GUI thr
 run and alternating which goes first: llama-cpp-python's own multimodal path (MTMDChatHandler with the same
 projector, `Llama.create_chat_completion` streamed, the JPEG as a data URL, as its documentation shows),
 same model, context, threads and batch, timed to its first streamed token. Also timed apart: checking the
-photo when it is attached (app.images.prepare, a full decode) and preparing it at Send (from its header: a
-photo that needs no turning, converting or resizing is given as it is).
+photo when it is attached (app.images.prepare, a full decode) and preparing it at Send as the engine does:
+no larger than the projector uses (this one resizes every picture to a 56-pixel square, so the photo is
+scaled down until its short side is 56; the bare library is given the photo as it is).
 Writes docs/bench/ttft_image.json and the README's table (bench/results.py).
 """
 
@@ -37,13 +38,15 @@ from PySide6.QtCore import QCoreApplication
 from app.chat.documents import TurnDocuments
 from app.chat.engine import ChatEngine
 from app.core import Core
-from app.images.prepare import prepare_image
+from app.images.prepare import ImageSizing, prepare_image
 from app.paths import HearthPaths
 from app.qt.chat_service import ChatService
 from app.settings import Settings, SettingsStore
 from bench import results
 from bench.ttft_prefix import send_and_time, starter_model
 from inference.ggml_backends import load_backends
+from inference.gguf import read_header
+from inference.projector import projector_info
 from inference.protocol import LoadPlan
 from tests.helpers.tiny_vision import write_tiny_projector
 
@@ -137,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = engine.client.plan
         assert plan is not None
         bare_library = BareLibrary(model, mmproj, plan)
+        # What the engine gives the runner at Send (ChatEngine._local_images).
+        sizing = ImageSizing(settings.current.image_max_side, projector_info(read_header(mmproj)).resize)
         try:
             for round_no in range(args.rounds):
                 jpeg = photo(round_no)
@@ -146,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 prepared = prepare_image(jpeg, path.name)
                 check_ms = (time.perf_counter() - started) * 1000.0
                 started = time.perf_counter()
-                prepare_image(jpeg, path.name, verified=True)
+                sent = prepare_image(jpeg, path.name, sizing=sizing, verified=True)
                 prepare_ms = (time.perf_counter() - started) * 1000.0
                 attached = documents.attach(path)
                 conversation = core.store.create_conversation(f"Photo {round_no + 1}").id
@@ -162,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                         "first": "bare" if bare_first else "hearth",
                         "jpeg_bytes": len(jpeg),
                         "prepared": [prepared.width, prepared.height, len(prepared.data)],
+                        "sent": [sent.width, sent.height, len(sent.data)],
                         "check_ms": check_ms,
                         "prepare_ms": prepare_ms,
                         "bare_ms": bare,
@@ -206,6 +212,7 @@ def render_table(data: Mapping[str, Any]) -> str:
     n = len(rounds)
     last = rounds[-1]
     per_round = ", ".join(f"{r['ratio']:.3f} ({r['first']} first)" for r in rounds)
+    sent_w, sent_h, _ = last.get("sent", last["prepared"])
     return "\n".join(
         [
             f"| | median of {n} rounds | best round |",
@@ -218,7 +225,7 @@ def render_table(data: Mapping[str, Any]) -> str:
             f"| {min(r['ratio'] for r in rounds):.3f} |",
             "| checking the photo when it is attached (decoded in full; not part of the time above) "
             f"| {data['median_check_ms']:,.1f} ms | {min(r['check_ms'] for r in rounds):,.1f} ms |",
-            "| preparing it at Send (upright, RGB and small enough: given as it is, from its header) "
+            f"| preparing it at Send (sized to what the projector uses: {sent_w} × {sent_h}) "
             f"| {data['median_prepare_ms']:,.1f} ms | {min(r['prepare_ms'] for r in rounds):,.1f} ms |",
             "",
             f"One {SIDE:,} × {SIDE:,} JPEG ({last['jpeg_bytes'] / 1024:,.0f} KiB) per round, "
