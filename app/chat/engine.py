@@ -36,6 +36,7 @@ from app.conversations.store import (
 from app.documents.chunking import estimate_tokens
 from app.documents.library import DocumentLibrary
 from app.errors import (
+    ContextOverflow,
     DatabaseError,
     HearthError,
     ModelNotFound,
@@ -818,7 +819,12 @@ class ChatEngine:
             path = self.store.path_to(after)
             messages = self._prompt_messages(system, path, None, images=self._local_images())
             fitted = fit(messages, bool(system), sampling.max_tokens, self._count)
-            self._check_policy(fitted)
+            try:
+                self._check_policy(fitted)
+            except ContextOverflow as exc:
+                # The prompt and the results are stored already: the turn ends with them, it is not undone.
+                log.warning("no reply after the tool results: %s", exc)
+                return result
             turn = self._begin_turn(
                 self.store.get_conversation(conversation_id),
                 path,

@@ -249,3 +249,21 @@ def test_the_real_model_is_offered_the_tools_and_replies(
         chat.close()
     assert result.status is MessageStatus.COMPLETE and result.stats is not None
     assert result.stats.prompt_tokens is not None and result.stats.prompt_tokens > 100, "the tools are in it"
+
+
+@pytest.mark.model
+def test_a_result_too_long_for_the_context_ends_the_turn_with_what_is_stored(
+    core: Core, tools_model: str, tool_host: ToolHost, engine: Callable[..., ScriptedTools]
+) -> None:
+    long_call = ['<tool_call>{"name": "long_text", "arguments": {"chars": 50000}}</tool_call>']
+    chat = engine(long_call, ["never asked for"], overflow_policy="refuse", context_length=2048)
+    result = chat.run_turn(
+        "Write a lot",
+        tools_model,
+        sampling=QUICK,
+        callbacks=Answers(Approval.ALLOW_ONCE),
+        tools=ToolSet.open(tool_host, ["maths"]),
+    )
+    assert result.status is MessageStatus.COMPLETE and len(chat.requests) == 1
+    roles = [m.role for m in core.store.list_messages(result.conversation_id)]
+    assert roles == ["user", "assistant", "tool"], "the prompt and the result stay; no reply is started"
