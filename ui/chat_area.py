@@ -169,7 +169,7 @@ class ChatArea(QWidget):
         )
         self.collectionPicker = CollectionPicker(context.session, services.documents_service)
         self.toolsPicker = ToolsPicker(context.session, ToolServerRegistry(services.paths.home))
-        self.toolApproval = ToolApprovalCard(services.chat.answer_tool)
+        self.toolApproval = ToolApprovalCard()
         services.chat.toolApprovalRequested.connect(self.toolApproval.ask)
         services.chat.toolApprovalEnded.connect(self.toolApproval.ended)
         documents = QHBoxLayout()

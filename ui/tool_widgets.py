@@ -3,8 +3,6 @@ the card that asks about each call the model makes (Allow once, Allow in this ch
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import shiboken6
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QAction, QFontDatabase
@@ -87,13 +85,10 @@ class ToolsPicker(QToolButton):
 class ToolApprovalCard(QFrame):
     """One call at a time: what would run, where, with which arguments, and the user's three answers."""
 
-    def __init__(
-        self, answer: Callable[[PendingApproval, Approval], None], parent: QWidget | None = None
-    ) -> None:
+    def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("toolApprovalCard")
         self.setFrameShape(QFrame.Shape.StyledPanel)
-        self._answer = answer
         self.pending: PendingApproval | None = None
         self.question = QLabel()
         self.question.setObjectName("toolQuestion")
@@ -144,7 +139,7 @@ class ToolApprovalCard(QFrame):
     def _answered(self, approval: Approval) -> None:
         pending = self.pending
         if pending is not None:
-            self._answer(pending, approval)
+            pending.answer(approval)
             self.ended(pending)
 
     def _show_request(self) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import HearthError
-from app.settings import clean_generation_settings, set_aside, write_text_atomically
+from app.settings import clean_generation_settings, read_section, write_text_atomically
 from inference.protocol import SAMPLING_SETTINGS, SamplingParams
 
 log = logging.getLogger("hearth.presets")
@@ -145,25 +145,8 @@ def _write(home: Path, presets: list[Preset]) -> None:
 
 def _read_user_presets(home: Path) -> list[Preset]:
     path = presets_path(home)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        log.warning("could not read %s (%s); showing only the shipped presets", path, exc)
-        return []
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        data = None
-    entries = data.get("presets") if isinstance(data, dict) else None
-    if not isinstance(entries, list):
-        try:
-            kept = set_aside(path)
-        except OSError as exc:
-            log.error("%s is damaged and could not be moved aside (%s)", path, exc)
-        else:
-            log.warning("%s is damaged; kept it as %s", path, kept.name)
+    entries = read_section(path, "presets", list, "user presets")
+    if entries is None:
         return []
     presets = []
     for index, entry in enumerate(entries):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from app.remote.openai_client import ChatStream
 from app.tools.chat import Approval, ToolRequest, ToolSet, local_call_id
+from app.tools.host import ToolOutcome
 from inference.protocol import Failed, Finished, PromptReady, TokenDelta, ToolCallRecord
 from inference.tool_calls import Event as ParsedEvent
 from inference.tool_calls import MalformedToolCall, TextDelta, ToolCallEvent, ToolCallParser
@@ -64,33 +65,22 @@ def calls_at_the_end(stream: ChatStream, calls: list[ModelCall]) -> Iterator[Tok
         yield event
 
 
-@dataclass(frozen=True)
-class CallOutcome:
-    request: ToolRequest | None  # None: nothing could be asked (an unreadable call, an unknown tool)
-    text: str
-    is_error: bool
-
-
-def answer_call(
-    call: ModelCall,
-    tools: ToolSet,
-    approve: ToolApprover,
-) -> CallOutcome:
+def answer_call(call: ModelCall, tools: ToolSet, approve: ToolApprover) -> ToolOutcome:
     """Blocking: ask the user (`approve`), run the call if allowed, and say what the model is told."""
     record = call.record
     if call.problem is not None:
-        return CallOutcome(
-            None, f"Your tool call could not be read ({call.problem}); nothing was run. Write it again.", True
-        )
+        unread = f"Your tool call could not be read ({call.problem}); nothing was run. Write it again."
+        return ToolOutcome(unread, is_error=True)
     target = tools.target(record.name)
     if target is None:
         offered = ", ".join(spec.name for spec in tools.specs)
-        return CallOutcome(None, f"There is no tool named “{record.name}”; the tools are: {offered}.", True)
+        return ToolOutcome(
+            f"There is no tool named “{record.name}”; the tools are: {offered}.", is_error=True
+        )
     request = ToolRequest(target[0], target[1], record.arguments, record.id)
     if approve(request) is Approval.DENY:
-        return CallOutcome(request, "The user did not allow this call; it was not run.", True)
-    outcome = tools.host.call(target[0], target[1], record.arguments)
-    return CallOutcome(request, outcome.text, outcome.is_error)
+        return ToolOutcome("The user did not allow this call; it was not run.", is_error=True)
+    return tools.host.call(target[0], target[1], record.arguments)
 
 
 class ToolApprover:

@@ -19,7 +19,7 @@ from app.remote.openai_client import RemoteError
 from app.storage.orm import MessageStatus
 from app.tools.chat import Approval, PendingApproval, ToolRequest, ToolSet
 from app.tools.host import ToolHost
-from inference.protocol import ErrorKind, SamplingParams, ToolCallRecord
+from inference.protocol import ErrorKind, SamplingParams
 
 log = logging.getLogger("hearth.chat")
 
@@ -69,16 +69,11 @@ class _SignalCallbacks(TurnCallbacks):
         # The window asks; this thread waits for the answer, or for Stop.
         pending = PendingApproval(request)
         service = self._service
-        service._pending_approvals.add(pending)
         try:
             service.toolApprovalRequested.emit(pending)
             return pending.wait(lambda: service.engine.client.cancelled or service.closing)
         finally:
-            service._pending_approvals.discard(pending)
             service.toolApprovalEnded.emit(pending)
-
-    def tool_result(self, tool_message_id: int, call: ToolCallRecord, text: str, is_error: bool) -> None:
-        self._service.toolResult.emit(tool_message_id, text, is_error)
 
 
 class ChatService(QObject):
@@ -109,8 +104,6 @@ class ChatService(QObject):
     # the question is over (answered, or given up on Stop).
     toolApprovalRequested = Signal(object)
     toolApprovalEnded = Signal(object)
-    # A call's result, stored as a tool message: its id, its text, whether it failed.
-    toolResult = Signal(int, str, bool)
 
     def __init__(
         self, engine: ChatEngine, parent: QObject | None = None, *, tools: ToolHost | None = None
@@ -118,7 +111,6 @@ class ChatService(QObject):
         super().__init__(parent)
         self._engine = engine
         self._tools = tools
-        self._pending_approvals: set[PendingApproval] = set()
         self.closing = False
         # One thread: the runner's state is read and changed only there, one request at a time.
         self._worker = Background("inference", parent=self)
@@ -321,10 +313,6 @@ class ChatService(QObject):
 
     def stop(self) -> None:
         self._engine.cancel()
-
-    def answer_tool(self, pending: PendingApproval, approval: Approval) -> None:
-        """GUI thread: the user's answer to a call the model made."""
-        pending.answer(approval)
 
     def shutdown(self) -> None:
         self.closing = True  # a call waiting for an answer is denied: the turn ends

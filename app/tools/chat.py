@@ -115,10 +115,6 @@ class PendingApproval:
             self._answer = approval
             self._answered.set()
 
-    @property
-    def answered(self) -> bool:
-        return self._answered.is_set()
-
     def wait(self, given_up: Callable[[], bool], poll_s: float = 0.1) -> Approval:
         """Blocks until answered, or until `given_up()` says so (Stop was pressed, the window closes)."""
         while not self._answered.wait(poll_s):
