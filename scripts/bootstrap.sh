@@ -107,5 +107,7 @@ export QT_QPA_PLATFORM=offscreen
 # tests leaves them out unless HEARTH_PACKAGING_TESTS=1 is set.
 if [ $# -eq 0 ]; then
   export HEARTH_PACKAGING_TESTS="${HEARTH_PACKAGING_TESTS:-1}"
+  # CI's log names the slowest tests, so its time can be kept in check.
+  set -- --durations=30
 fi
 HEARTH_TESTS_REQUIRE_MODEL=1 exec "$venv/bin/pytest" "$@"

@@ -430,7 +430,15 @@ class MainWindow(QMainWindow):
         if self._tools_dialog is None:
             host = self._services.chat.tool_host
             assert host is not None, "the window's chat service has a tool host"
-            self._tools_dialog = ToolsDialog(host.registry, host, self._context.run, parent=self)
+            dialogs = self._context.dialogs
+            self._tools_dialog = ToolsDialog(
+                host.registry,
+                host,
+                self._context.run,
+                confirm=dialogs.confirm,
+                ask_open=dialogs.ask_open,
+                parent=self,
+            )
         self._tools_dialog.show()
         self._tools_dialog.raise_()
         self._tools_dialog.activateWindow()

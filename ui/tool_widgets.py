@@ -1,4 +1,4 @@
-"""Tools in the chat: a menu of the MCP servers whose tools the model may call in this window's chats, and
+"""Tools in the chat: a menu of the MCP servers whose tools the model may call in the open chat, and
 the card that asks about each call the model makes (Allow once, Allow in this chat, Deny)."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from app.tools.config import ToolServerRegistry
 
 
 class ToolsPicker(QToolButton):
-    """The servers the model may call tools of; checked in the menu, held by the chat session."""
+    """The servers the model may call tools of in the open chat; checked in the menu, held by the chat session
+    and kept with the conversation."""
 
     # "Manage tool servers…" in the menu: the window opens View → Tools….
     manageRequested = Signal()
@@ -41,22 +42,31 @@ class ToolsPicker(QToolButton):
         self.setMenu(self.menu_)
         self.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.menu_.aboutToShow.connect(self.fill_menu)
+        session.tools_changed.connect(lambda _chosen: self.retranslate())
         self.retranslate()
 
     def fill_menu(self) -> None:
         """From mcp.json as it is now: a small file, read when the menu opens."""
         self.menu_.clear()
-        servers = [s for s in self._registry.servers() if s.enabled]
-        if not servers:
+        servers = {s.name: s for s in self._registry.servers()}
+        usable = [name for name, server in servers.items() if server.enabled]
+        chosen = self._session.tools
+        # A chat keeps what it chose: a server turned off or removed since stays ticked, to be unticked.
+        unusable = [name for name in chosen if name not in usable]
+        if not usable and not unusable:
             empty = QAction(self.tr("No tool servers yet"), self.menu_)
             empty.setEnabled(False)
             self.menu_.addAction(empty)
-        chosen = set(self._session.tools)
-        for server in servers:
-            action = QAction(server.name, self.menu_)
+        for name in [*usable, *unusable]:
+            label = name
+            if name in unusable:
+                label = (
+                    self.tr("{name} (turned off)") if name in servers else self.tr("{name} (removed)")
+                ).format(name=name)
+            action = QAction(label, self.menu_)
             action.setCheckable(True)
-            action.setChecked(server.name in chosen)
-            action.toggled.connect(lambda on, name=server.name: self._toggle(name, on))
+            action.setChecked(name in chosen)
+            action.toggled.connect(lambda on, name=name: self._toggle(name, on))
             self.menu_.addAction(action)
         self.menu_.addSeparator()
         manage = QAction(self.tr("Manage tool servers…"), self.menu_)
@@ -67,7 +77,6 @@ class ToolsPicker(QToolButton):
     def _toggle(self, name: str, on: bool) -> None:
         names = [n for n in self._session.tools if n != name]
         self._session.choose_tools((*names, name) if on else tuple(names))
-        self.retranslate()
 
     def retranslate(self) -> None:
         count = len(self._session.tools)

@@ -196,6 +196,11 @@ def _joined_notes(*notes: str | None) -> str | None:
     return " ".join(note for note in notes if note) or None
 
 
+def _tools_note(tools: ToolSet | None) -> str | None:
+    """The tool servers that could not be used this turn, said with the reply they were missing from."""
+    return " ".join(tools.problems) if tools is not None and tools.problems else None
+
+
 def _configuration(plan: LoadPlan) -> str:
     layers = f"{plan.n_gpu_layers}/{plan.n_layers} GPU layers and " if plan.n_gpu_layers > 0 else ""
     return f"{layers}a {plan.n_ctx:,}-token context"
@@ -538,11 +543,12 @@ class ChatEngine:
         *,
         sampling: SamplingParams | None = None,
         callbacks: TurnCallbacks | None = None,
+        tools: ToolSet | None = None,
     ) -> TurnResult:
         """Answer the same prompt again: a new reply beside the old one, which stays as an alternative.
 
         Given a prompt instead of a reply, answers that prompt again. The result's user_message_id is the
-        existing prompt.
+        existing prompt. `tools` as for run_turn.
         """
         with self._queue.turn(Job(interactive=True)):
             target = self.store.get_message(message_id)
@@ -558,6 +564,7 @@ class ChatEngine:
                 system_prompt=None,
                 sampling=sampling,
                 callbacks=callbacks or TurnCallbacks(),
+                tools=tools,
             )
 
     def edit(
@@ -569,6 +576,7 @@ class ChatEngine:
         sampling: SamplingParams | None = None,
         callbacks: TurnCallbacks | None = None,
         documents: TurnDocuments | None = None,
+        tools: ToolSet | None = None,
     ) -> TurnResult:
         """Ask again with different words: a new prompt beside the edited one (a new branch), then a reply.
 
@@ -591,6 +599,7 @@ class ChatEngine:
                 sampling=sampling,
                 callbacks=callbacks or TurnCallbacks(),
                 documents=documents or NO_DOCUMENTS,
+                tools=tools,
             )
 
     def measure_context(
@@ -705,7 +714,7 @@ class ChatEngine:
         tools: ToolSet | None = None,
     ) -> TurnResult:
         """Reply after `path` (root → the message to follow), adding the user's `prompt` first if given,
-        with the documents it comes with."""
+        with the documents it comes with, and the tools the model may call."""
         self._save_unsaved()
         target = self.remote_target(model_name)
         refusal = (
@@ -772,7 +781,7 @@ class ChatEngine:
             messages, prompt, documents, sampling.max_tokens, bool(system), search=True
         )
         self._check_policy(fitted)
-        note = _joined_notes(prepared.context.note if prepared else None, fitted.note())
+        note = _joined_notes(prepared.context.note if prepared else None, fitted.note(), _tools_note(tools))
         provenance = ReplyProvenance(
             model.name,
             model.sha256,
@@ -996,7 +1005,7 @@ class ChatEngine:
             sampling.seed,
             server_name=server.name,
             server_url=server.url,
-            context_note=prepared.context.note if prepared else None,
+            context_note=_joined_notes(prepared.context.note if prepared else None, _tools_note(tools)),
         )
         client = self.servers.client(server)
         rounds = 0
@@ -1017,6 +1026,8 @@ class ChatEngine:
                 turn = self._begin_turn(conversation, path, prompt, system_prompt, provenance, prepared)
                 conversation_id, user_id, assistant = turn.conversation_id, turn.prompt_id, turn.reply
                 callbacks.started(conversation_id, user_id, assistant.id)
+                if provenance.context_note:
+                    callbacks.context_note(assistant.id, provenance.context_note)
                 # Servers send `reasoning_content` wrapped in <think> … </think>; a server that pre-fills
                 # <think> for an R1 model but streams its raw text sends only the closing marker.
                 reply = ReplyText(DEFAULT_MARKERS)

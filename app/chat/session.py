@@ -23,6 +23,25 @@ from inference.protocol import GenerationStats
 T = TypeVar("T")
 
 
+@dataclass
+class _ChatChoice:
+    """Something the user chooses per chat and that is kept with its conversation (the collections it answers
+    from, the tool servers it may call). `chosen` holds what was chosen in this run for each chat (None: the
+    new chat, until it is created); each choice is saved with its conversation, and until it is, and for a
+    read that started before it, the choice made here wins over what the store says."""
+
+    stored: Callable[[Conversation], tuple[str, ...]]
+    save: Callable[[ConversationStore, int, tuple[str, ...]], object]
+    changed: Event[tuple[str, ...]]
+    chosen: dict[int | None, tuple[str, ...]] = field(default_factory=dict)
+
+    def value(self, conversation_id: int | None, conversation: Conversation | None) -> tuple[str, ...]:
+        chosen = self.chosen.get(conversation_id)
+        if chosen is not None:
+            return chosen
+        return self.stored(conversation) if conversation is not None else ()
+
+
 class Run(Protocol):
     """Call `fn` off the GUI thread and hand its result to `on_done` back on it (a failure is reported by
     the runner itself, and `on_done` is not called)."""
@@ -46,10 +65,16 @@ class Chat(Protocol):
         tools: Sequence[str] = (),
     ) -> object: ...
 
-    def regenerate(self, message_id: int, model_name: str) -> object: ...
+    def regenerate(self, message_id: int, model_name: str, *, tools: Sequence[str] = ()) -> object: ...
 
     def edit(
-        self, message_id: int, new_text: str, model_name: str, *, documents: TurnDocuments | None = None
+        self,
+        message_id: int,
+        new_text: str,
+        model_name: str,
+        *,
+        documents: TurnDocuments | None = None,
+        tools: Sequence[str] = (),
     ) -> object: ...
 
 
@@ -64,8 +89,9 @@ class Request:
     # The files sent with a new message or a new version of one (stored already), handed back with the
     # prompt if it never starts.
     attachments: tuple[Attachment, ...] = ()
-    # The collections the chat answered from when it was asked.
+    # The collections the chat answered from, and the tool servers it could call, when it was asked.
     collections: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
 
 
 @dataclass
@@ -158,12 +184,6 @@ class ChatSession:
         self._after_creation: list[Callable[[], None]] = []
         # Counts settings edits, so a conversation read from before an edit does not overwrite it.
         self._settings_edits = 0
-        # The collections chosen in this run for each chat (None: the new chat, until it is created). Each
-        # choice is saved with its conversation; until it is, and for a read that started before it, the
-        # choice made here wins over what the store says.
-        self._collections: dict[int | None, tuple[str, ...]] = {}
-        # The tool servers (MCP) whose tools the model may call in this window's chats.
-        self.tools: tuple[str, ...] = ()
 
         self.conversations_listed: Event[Sequence[Conversation]] = Event()
         self.branch_loaded: Event[BranchLoaded] = Event()
@@ -176,8 +196,17 @@ class ChatSession:
         self.settings_reset: Event[Conversation] = Event()
         # The message now being edited, or None when editing ended.
         self.editing_changed: Event[Message | None] = Event()
-        # The collections the open chat answers from, whenever they or the open chat change.
+        # The collections the open chat answers from, and the tool servers (MCP) whose tools the model may
+        # call in it, whenever they or the open chat change.
         self.collections_changed: Event[tuple[str, ...]] = Event()
+        self.tools_changed: Event[tuple[str, ...]] = Event()
+        self._collections = _ChatChoice(
+            lambda c: c.collections, ConversationStore.set_conversation_collections, self.collections_changed
+        )
+        self._tools = _ChatChoice(
+            lambda c: c.tools, ConversationStore.set_conversation_tools, self.tools_changed
+        )
+        self._choices = (self._collections, self._tools)
         self.reply_began: Event[ReplyBegan] = Event()
         self.reply_noted: Event[StreamingReply] = Event()
         self.reply_finished: Event[ReplyFinished] = Event()
@@ -201,18 +230,19 @@ class ChatSession:
     def _listed(self, conversations: Sequence[Conversation]) -> None:
         # The current conversation may be missing from a list read just before the chat service created
         # it; it stays current (only deleting it ends it) and is selected next time.
-        before = self.collections
+        before = self._chosen_now()
         self.conversations = {c.id: c for c in conversations}
         self.conversations_listed.emit(conversations)
-        self._collections_read(before)
+        self._choices_read(before)
 
     def new_chat(self) -> None:
         self.current_id = None
         self._load_generation += 1
         self.messages = {}
         self.cancel_edit()
-        self._collections.pop(None, None)
-        self.collections_changed.emit(())
+        for choice in self._choices:
+            choice.chosen.pop(None, None)
+            choice.changed.emit(())
 
     def open(self, conversation_id: int, focus_message: int | None = None) -> None:
         """With `focus_message`, switch to the branch holding it (unless a reply is being written there)."""
@@ -222,7 +252,8 @@ class ChatSession:
         self.current_id = conversation_id
         self._load_generation += 1
         if switched:
-            self.collections_changed.emit(self.collections)
+            for choice in self._choices:
+                choice.changed.emit(self._value(choice))
         generation = self._load_generation
         store = self._store
         streaming_here = self.streaming_in(conversation_id)
@@ -252,10 +283,10 @@ class ChatSession:
             return
         # An edit made while this was loading is newer than what was read; it is (being) saved.
         if edits == self._settings_edits and not self._unsaved_edit():
-            before = self.collections
+            before = self._chosen_now()
             self.conversations[conversation.id] = conversation
             self.conversation_loaded.emit(conversation)
-            self._collections_read(before)
+            self._choices_read(before)
 
     def refresh_current(self) -> None:
         """Re-read the open branch (sibling counts, provenance) once no reply is being written."""
@@ -326,7 +357,7 @@ class ChatSession:
             if self.current_id is None:
                 self.current_id = conversation.id
                 self._load_generation += 1
-                self._adopt_new_chat_collections(conversation.id)
+                self._adopt_new_chat_choices(conversation.id)
             self._settings_saved(conversation)
             self.refresh_conversations()
             waiting, self._after_creation = self._after_creation, []
@@ -373,33 +404,37 @@ class ChatSession:
         if remember and name is not None and name != self._settings.current.default_model:
             self._settings.update(default_model=name)
 
-    # -- the collections the chat answers from ----------------------------------------------------
+    # -- what the chat answers from and may call ---------------------------------------------------
 
     @property
     def collections(self) -> tuple[str, ...]:
         """What the open chat answers from: chosen in this run, else as stored with the conversation."""
-        chosen = self._collections.get(self.current_id)
-        if chosen is not None:
-            return chosen
-        conversation = self.current_conversation()
-        return conversation.collections if conversation is not None else ()
+        return self._value(self._collections)
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The MCP servers whose tools the model may call in the open chat, chosen in this run, else as
+        stored with the conversation."""
+        return self._value(self._tools)
 
     def choose_collections(self, names: Sequence[str]) -> None:
         """The open chat's next turns answer from these collections (none: from no collection), and so it
         does after a restart."""
-        chosen = tuple(dict.fromkeys(names))
-        self._collections[self.current_id] = chosen
-        if self.current_id is not None:
-            self._save_collections(self.current_id, chosen)
-        self.collections_changed.emit(chosen)
+        self._choose(self._collections, names)
+
+    def choose_tools(self, names: Sequence[str]) -> None:
+        """The model may call these servers' tools in the open chat's next turns (none: no tools), and so
+        it may after a restart."""
+        self._choose(self._tools, names)
 
     def keep_collections(self, existing: Sequence[str]) -> None:
         """Only these collections exist now: a chat stops answering from one that was removed (the store
         forgets it by itself, with the collection)."""
         before = self.collections
         kept = set(existing)
-        for key, names in list(self._collections.items()):
-            self._collections[key] = tuple(name for name in names if name in kept)
+        chosen = self._collections.chosen
+        for key, names in list(chosen.items()):
+            chosen[key] = tuple(name for name in names if name in kept)
         for conversation in list(self.conversations.values()):
             if any(name not in kept for name in conversation.collections):
                 remaining = tuple(name for name in conversation.collections if name in kept)
@@ -407,26 +442,39 @@ class ChatSession:
         if self.collections != before:
             self.collections_changed.emit(self.collections)
 
-    def _adopt_new_chat_collections(self, conversation_id: int) -> None:
-        chosen = self._collections.pop(None, None)
-        if chosen:
-            self._collections[conversation_id] = chosen
-            self._save_collections(conversation_id, chosen)
+    def _value(self, choice: _ChatChoice) -> tuple[str, ...]:
+        return choice.value(self.current_id, self.current_conversation())
 
-    def _save_collections(self, conversation_id: int, names: tuple[str, ...]) -> None:
+    def _choose(self, choice: _ChatChoice, names: Sequence[str]) -> None:
+        chosen = tuple(dict.fromkeys(names))
+        choice.chosen[self.current_id] = chosen
+        if self.current_id is not None:
+            self._save_choice(choice, self.current_id, chosen)
+        choice.changed.emit(chosen)
+
+    def _adopt_new_chat_choices(self, conversation_id: int) -> None:
+        for choice in self._choices:
+            chosen = choice.chosen.pop(None, None)
+            if chosen:
+                choice.chosen[conversation_id] = chosen
+                self._save_choice(choice, conversation_id, chosen)
+
+    def _save_choice(self, choice: _ChatChoice, conversation_id: int, names: tuple[str, ...]) -> None:
         store = self._store
-        self._run(lambda: store.set_conversation_collections(conversation_id, names), lambda _saved: None)
+        self._run(lambda: choice.save(store, conversation_id, names), lambda _saved: None)
 
-    def _collections_read(self, before: tuple[str, ...]) -> None:
-        """Conversations were read from the store: the open chat may answer from the collections stored
-        with it."""
-        if self.collections != before:
-            self.collections_changed.emit(self.collections)
+    def _chosen_now(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(self._value(choice) for choice in self._choices)
+
+    def _choices_read(self, before: tuple[tuple[str, ...], ...]) -> None:
+        """Conversations were read from the store: the open chat may answer from the collections, and call
+        the tools, stored with it."""
+        for choice, was in zip(self._choices, before, strict=True):
+            now = self._value(choice)
+            if now != was:
+                choice.changed.emit(now)
 
     # -- asking ----------------------------------------------------------------------------------
-
-    def choose_tools(self, names: Sequence[str]) -> None:
-        self.tools = tuple(dict.fromkeys(names))
 
     def can_send(self, prompt: str) -> bool:
         return bool(prompt.strip()) and not self._chat.busy and self.pending is None
@@ -437,24 +485,25 @@ class ChatSession:
         window, app.chat.documents.prompt_attachments) as the user left them. The collections the chat
         answers from go with both."""
         assert self.model is not None and self.can_send(prompt) and not self._creating
-        collections = self.collections
+        collections, tools = self.collections, self.tools
         documents = TurnDocuments(attachments, collections) if attachments or collections else None
         if self.editing is not None:
             target = self.editing
             self.cancel_edit()
-            self.pending = Request("edit", self.current_id, prompt, target, attachments, collections)
-            self._chat.edit(target, prompt, self.model, documents=documents)
+            self.pending = Request("edit", self.current_id, prompt, target, attachments, collections, tools)
+            self._chat.edit(target, prompt, self.model, documents=documents, tools=tools)
         else:
             self.pending = Request(
-                "send", self.current_id, prompt, attachments=attachments, collections=collections
+                "send", self.current_id, prompt, attachments=attachments, collections=collections, tools=tools
             )
-            self._chat.send(self.current_id, prompt, self.model, documents=documents, tools=self.tools)
+            self._chat.send(self.current_id, prompt, self.model, documents=documents, tools=tools)
 
     def regenerate(self, message_id: int) -> None:
         if self.model is None or self._chat.busy or self.pending is not None:
             return
-        self.pending = Request("regenerate", self.current_id, "", message_id)
-        self._chat.regenerate(message_id, self.model)
+        tools = self.tools
+        self.pending = Request("regenerate", self.current_id, "", message_id, tools=tools)
+        self._chat.regenerate(message_id, self.model, tools=tools)
 
     def begin_edit(self, message_id: int) -> None:
         message = self.messages.get(message_id)
@@ -484,15 +533,13 @@ class ChatSession:
             # Sent from "New chat": the session follows the conversation the service just created.
             self.current_id = conversation_id
             self._load_generation += 1
-            self._adopt_new_chat_collections(conversation_id)
-        elif (
-            request.conversation_id is None
-            and request.collections
-            and conversation_id not in self._collections
-        ):
+            self._adopt_new_chat_choices(conversation_id)
+        elif request.conversation_id is None:
             # Another chat was opened meanwhile: the one created still answers from what it was sent with.
-            self._collections[conversation_id] = request.collections
-            self._save_collections(conversation_id, request.collections)
+            for choice, sent in ((self._collections, request.collections), (self._tools, request.tools)):
+                if sent and conversation_id not in choice.chosen:
+                    choice.chosen[conversation_id] = sent
+                    self._save_choice(choice, conversation_id, sent)
         self.reply_began.emit(ReplyBegan(self.live, request, conversation_id == self.current_id))
 
     def _streaming(self, assistant_message_id: int) -> LiveReply | None:

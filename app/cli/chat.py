@@ -221,9 +221,8 @@ def _chat(
     restore = _cancel_on_interrupt(engine.cancel)
     stream = ToolsOnTheTerminal(out, err, args.thinking, approve_all=args.approve_tools)
     try:
+        # A server that could not be used is said with the reply's note (context_note).
         tools = ToolSet.open(host, _server_names(args.tools)) if host is not None else None
-        for problem in tools.problems if tools is not None else ():
-            err.write(f"note: {problem}\n")
         result = engine.run_turn(
             args.prompt,
             args.model,

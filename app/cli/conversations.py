@@ -111,6 +111,7 @@ def _conversation_json(c: Conversation) -> dict[str, Any]:
         "pinned": c.pinned,
         "settings": c.settings,
         "collections": list(c.collections),
+        "tools": list(c.tools),
         "created_at": c.created_at,
         "updated_at": c.updated_at,
     }

@@ -29,7 +29,7 @@ SELECT_CONVERSATIONS = (
     "SELECT id, title, system_prompt, created_at, updated_at, model_name, message_count, pinned, trashed_at, "
     "settings_json, current_leaf_id, (SELECT json_group_array(name) FROM (SELECT c.name AS name "
     "FROM conversation_collections cc JOIN collections c ON c.id = cc.collection_id "
-    "WHERE cc.conversation_id = conversations.id ORDER BY cc.position)) FROM conversations"
+    "WHERE cc.conversation_id = conversations.id ORDER BY cc.position)), tool_servers_json FROM conversations"
 )
 
 
@@ -47,6 +47,7 @@ class Conversation:
     settings: dict[str, Any] | None = None  # app.settings.GENERATION_KEYS chosen for this conversation
     current_leaf_id: int | None = None
     collections: tuple[str, ...] = ()  # the collections it answers from, in the order they were chosen
+    tools: tuple[str, ...] = ()  # the MCP servers whose tools the model may call in it
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def _time(value: str | None) -> datetime | None:
 def conversation_from_row(row: Sequence[Any]) -> Conversation:
     """From a row of SELECT_CONVERSATIONS."""
     (id_, title, system_prompt, created, updated, model_name, count, pinned, trashed, settings, leaf,
-     collections) = row  # fmt: skip
+     collections, tools) = row  # fmt: skip
     return Conversation(
         id_,
         title,
@@ -145,6 +146,7 @@ def conversation_from_row(row: Sequence[Any]) -> Conversation:
         _json_or_none(settings),
         leaf,
         tuple(json.loads(collections)) if collections else (),
+        tuple(json.loads(tools)) if tools else (),
     )
 
 

@@ -262,6 +262,16 @@ class ConversationStore:
             session.flush()
             return records.get_conversation(session, conversation_id)
 
+    def set_conversation_tools(self, conversation_id: int, servers: Sequence[str]) -> Conversation:
+        """The model may call the tools of these MCP servers (mcp.json names) in the conversation from now on
+        (none: no tools)."""
+        chosen = list(dict.fromkeys(servers))
+        with self._db.session() as session:
+            row = self._row(session, conversation_id)
+            row.tool_servers_json = json.dumps(chosen) if chosen else None
+            session.flush()
+            return records.get_conversation(session, conversation_id)
+
     def set_conversation_settings(
         self, conversation_id: int, system_prompt: str | None, settings: Mapping[str, object]
     ) -> Conversation:

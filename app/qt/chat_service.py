@@ -145,11 +145,8 @@ class ChatService(QObject):
         """Non-blocking. Ignored while a reply is streaming (the GUI disables Send meanwhile).
         `documents`: the files attached to this prompt (already stored by the document library). `tools`:
         the MCP servers whose tools the model may call; each call is asked about (toolApprovalRequested)."""
-        host = self._tools
 
         def turn() -> TurnResult:
-            # Starting the servers and listing their tools blocks: here, on the inference thread.
-            offered = ToolSet.open(host, list(tools)) if tools and host is not None else None
             return self._engine.run_turn(
                 prompt,
                 model_name,
@@ -157,17 +154,26 @@ class ChatService(QObject):
                 sampling=sampling,
                 callbacks=self._callbacks,
                 documents=documents,
-                tools=offered,
+                tools=self._open_tools(tools),
             )
 
         return self._start_turn(turn)
+
+    def _open_tools(self, servers: Sequence[str]) -> ToolSet | None:
+        """Blocking (it starts the servers and lists their tools): called on the inference thread."""
+        return ToolSet.open(self._tools, servers) if servers and self._tools is not None else None
 
     @property
     def tool_host(self) -> ToolHost | None:
         return self._tools
 
     def regenerate(
-        self, message_id: int, model_name: str, sampling: SamplingParams | None = None
+        self,
+        message_id: int,
+        model_name: str,
+        sampling: SamplingParams | None = None,
+        *,
+        tools: Sequence[str] = (),
     ) -> Future[None] | None:
         """Non-blocking: a new reply beside the given one (or to the given prompt); same signals as send.
 
@@ -175,7 +181,11 @@ class ChatService(QObject):
         """
         return self._start_turn(
             lambda: self._engine.regenerate(
-                message_id, model_name, sampling=sampling, callbacks=self._callbacks
+                message_id,
+                model_name,
+                sampling=sampling,
+                callbacks=self._callbacks,
+                tools=self._open_tools(tools),
             )
         )
 
@@ -187,6 +197,7 @@ class ChatService(QObject):
         sampling: SamplingParams | None = None,
         *,
         documents: TurnDocuments | None = None,
+        tools: Sequence[str] = (),
     ) -> Future[None] | None:
         """Non-blocking: a new prompt beside the user's message `message_id` (a new branch), then its reply.
         `documents`: the files the new prompt goes with (the edited one's, as the user left them).
@@ -202,6 +213,7 @@ class ChatService(QObject):
                 sampling=sampling,
                 callbacks=self._callbacks,
                 documents=documents,
+                tools=self._open_tools(tools),
             )
         )
 

@@ -106,6 +106,8 @@ class ConversationRow(Base):
     pinned: Mapped[bool] = mapped_column(Boolean, server_default="0")
     trashed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # in the trash, undo possible
     settings_json: Mapped[str | None] = mapped_column(Text)  # sampling and context length for this chat
+    # Revision 0009: a JSON array of the MCP servers (mcp.json names) whose tools the model may call here.
+    tool_servers_json: Mapped[str | None] = mapped_column(Text)
     # Kept by triggers on messages (the whole tree, every branch).
     message_count: Mapped[int] = mapped_column(Integer, server_default="0")
 

@@ -62,14 +62,20 @@ class ToolSet:
         """Blocking: starts the servers `wanted` names (or ALL_SERVERS, the enabled ones) and lists their
         tools. A server that fails is left out and named in `problems`; none at all is a HearthError."""
         registry = host.registry
+        problems: list[str] = []
         if list(wanted) == [ALL_SERVERS]:
             servers = [s.name for s in registry.servers() if s.enabled]
+            if not servers:
+                raise HearthError("No tool servers are turned on; add one with `hearth tools add`.")
         else:
-            servers = [registry.get(name).name for name in wanted]
-        if not servers:
-            raise HearthError("No tool servers are turned on; add one with `hearth tools add`.")
+            servers = []
+            for name in wanted:
+                try:
+                    servers.append(registry.get(name).name)
+                except HearthError as exc:
+                    # A chat keeps the names it chose: one since removed from mcp.json is said, not fatal.
+                    problems.append(str(exc))
         listed: list[ToolInfo] = []
-        problems: list[str] = []
         for name in servers:
             try:
                 listed += host.tools(name)

@@ -58,14 +58,22 @@ class FakeChat:
         sent = sent if documents is None else (*sent, documents)
         self.asked.append(sent if not tools else (*sent, tuple(tools)))
 
-    def regenerate(self, message_id: int, model_name: str) -> None:
-        self.asked.append(("regenerate", message_id, model_name))
+    def regenerate(self, message_id: int, model_name: str, *, tools: Sequence[str] = ()) -> None:
+        asked: tuple[Any, ...] = ("regenerate", message_id, model_name)
+        self.asked.append(asked if not tools else (*asked, tuple(tools)))
 
     def edit(
-        self, message_id: int, new_text: str, model_name: str, *, documents: TurnDocuments | None = None
+        self,
+        message_id: int,
+        new_text: str,
+        model_name: str,
+        *,
+        documents: TurnDocuments | None = None,
+        tools: Sequence[str] = (),
     ) -> None:
         edited: tuple[Any, ...] = ("edit", message_id, new_text, model_name)
-        self.asked.append(edited if documents is None else (*edited, documents))
+        edited = edited if documents is None else (*edited, documents)
+        self.asked.append(edited if not tools else (*edited, tuple(tools)))
 
 
 @dataclass
@@ -539,3 +547,88 @@ def test_a_removed_collection_leaves_the_stored_choice_of_a_chat_not_open(
     session.keep_collections(["handbook"])
     session.open(chat_id)
     assert answers_from(session) == ("handbook",)
+
+
+def calls_tools_of(session: ChatSession) -> tuple[str, ...]:
+    """Read afresh each time, like answers_from."""
+    return session.tools
+
+
+def test_the_tool_servers_chosen_are_each_chats_own_and_go_with_every_kind_of_turn(
+    session: ChatSession, store: ConversationStore, chat: FakeChat, later: Later
+) -> None:
+    shown: list[tuple[str, ...]] = []
+    session.tools_changed.connect(shown.append)
+    session.choose_tools(["maths", "files", "maths"])
+    assert calls_tools_of(session) == ("maths", "files") and shown == [("maths", "files")]
+
+    # Sent from New chat: the conversation the service creates keeps them.
+    session.send("Add them")
+    assert chat.asked == [("send", None, "Add them", "starter", ("maths", "files"))]
+    first, user_id, reply_id = _stream_into_new_chat(session, store, "Add them")
+    store.finish_message(reply_id, content="5", status="complete")
+    session.reply_done(reply_id, STATS, "complete")
+    later.drain()
+    assert store.get_conversation(first).tools == ("maths", "files")
+
+    other = store.create_conversation("Other")
+    session.open(other.id)
+    assert calls_tools_of(session) == () and last(shown) == ()
+    session.send("Anything?")
+    assert last(chat.asked) == ("send", other.id, "Anything?", "starter")
+    session.reply_error(-1, "internal", "no")
+    session.new_chat()
+    assert calls_tools_of(session) == () and last(shown) == ()
+
+    session.open(first)
+    later.drain()
+    assert calls_tools_of(session) == ("maths", "files") and last(shown) == ("maths", "files")
+    # A reply asked for again, and an edited prompt, may call them too.
+    session.regenerate(reply_id)
+    assert last(chat.asked) == ("regenerate", reply_id, "starter", ("maths", "files"))
+    session.reply_error(-1, "internal", "no")
+    session.begin_edit(user_id)
+    session.send("Add them again")
+    assert last(chat.asked) == ("edit", user_id, "Add them again", "starter", ("maths", "files"))
+    assert session.pending is not None and session.pending.tools == ("maths", "files")
+
+
+def test_each_chats_tool_servers_are_stored_and_offered_after_a_restart(
+    session: ChatSession, store: ConversationStore, settings: SettingsStore, chat: FakeChat, later: Later
+) -> None:
+    chat_id = store.create_conversation("Sums").id
+    session.open(chat_id)
+    session.choose_tools(["maths"])
+    session.choose_tools(["maths", "gone"])
+    later.drain()
+    assert store.get_conversation(chat_id).tools == ("maths", "gone")
+
+    restarted = ChatSession(store, settings, chat, later)
+    restarted.models_listed(["starter"])
+    shown: list[tuple[str, ...]] = []
+    restarted.tools_changed.connect(shown.append)
+    restarted.refresh_conversations()
+    later.drain()
+    restarted.open(chat_id)
+    assert calls_tools_of(restarted) == ("maths", "gone") and last(shown) == ("maths", "gone")
+    restarted.send("Add")
+    assert last(chat.asked) == ("send", chat_id, "Add", "starter", ("maths", "gone"))
+    restarted.reply_error(-1, "internal", "no")
+    # Unticking every server is kept too: the chat offers no tools after the next restart.
+    restarted.choose_tools([])
+    later.drain()
+    assert store.get_conversation(chat_id).tools == ()
+
+
+def test_a_chat_created_from_new_chat_keeps_its_tools_when_another_was_opened_meanwhile(
+    session: ChatSession, store: ConversationStore, later: Later
+) -> None:
+    session.choose_tools(["maths"])
+    session.send("Add them")
+    other = store.create_conversation("Other")
+    session.open(other.id)
+    created, _user, _reply = _stream_into_new_chat(session, store, "Add them")
+    later.drain()
+    assert store.get_conversation(created).tools == ("maths",)
+    assert store.get_conversation(other.id).tools == ()
+    assert calls_tools_of(session) == ()

@@ -267,3 +267,62 @@ def test_a_result_too_long_for_the_context_ends_the_turn_with_what_is_stored(
     assert result.status is MessageStatus.COMPLETE and len(chat.requests) == 1
     roles = [m.role for m in core.store.list_messages(result.conversation_id)]
     assert roles == ["user", "assistant", "tool"], "the prompt and the result stay; no reply is started"
+
+
+@pytest.mark.model
+def test_a_reply_asked_for_again_and_an_edited_prompt_may_call_the_tools_too(
+    core: Core, tools_model: str, tool_host: ToolHost, engine: Callable[..., ScriptedTools]
+) -> None:
+    chat = engine(["Forty-two."], ADD_CALL, ["It is 42."], ADD_CALL, ["Still 42."])
+    first = chat.run_turn("What is 2 + 40?", tools_model, sampling=QUICK)
+    answers = Answers(Approval.ALLOW_ONCE, Approval.ALLOW_ONCE)
+    again = chat.regenerate(
+        first.assistant_message_id,
+        tools_model,
+        sampling=QUICK,
+        callbacks=answers,
+        tools=ToolSet.open(tool_host, ["maths"]),
+    )
+    assert (again.status, again.text) == (MessageStatus.COMPLETE, "It is 42.")
+    path = core.store.list_messages(first.conversation_id)
+    assert [m.role for m in path] == ["user", "assistant", "tool", "assistant"]
+    assert path[1].sibling_count == 2, "the first reply stays beside the new one"
+
+    edited = chat.edit(
+        first.user_message_id,
+        "And 2 + 40?",
+        tools_model,
+        sampling=QUICK,
+        callbacks=answers,
+        tools=ToolSet.open(tool_host, ["maths"]),
+    )
+    assert edited.text == "Still 42." and answers.results == [("42", False), ("42", False)]
+    roles = [m.role for m in core.store.list_messages(first.conversation_id)]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    assert all(request.tools for request in chat.requests[1:3]) and not chat.requests[0].tools
+
+
+@pytest.mark.model
+def test_a_chosen_server_that_is_gone_is_said_with_the_reply_and_the_others_still_serve(
+    core: Core, tools_model: str, tool_host: ToolHost, engine: Callable[..., ScriptedTools]
+) -> None:
+    chat = engine(ADD_CALL, ["42."])
+    notes: list[str] = []
+
+    class Noted(Answers):
+        def context_note(self, assistant_message_id: int, note: str) -> None:
+            notes.append(note)
+
+    # A chat keeps the servers it chose; "files" was removed from mcp.json since.
+    tools = ToolSet.open(tool_host, ["maths", "files"])
+    result = chat.run_turn(
+        "2 + 40?", tools_model, sampling=QUICK, callbacks=Noted(Approval.ALLOW_ONCE), tools=tools
+    )
+    assert result.text == "42."
+    [note] = notes
+    assert "There is no tool server named “files”" in note
+    first_reply = next(m for m in core.store.list_messages(result.conversation_id) if m.role == "assistant")
+    assert first_reply.context_note == note
+    # Only gone servers: nothing to offer, and the turn never starts.
+    with pytest.raises(HearthError, match="no tool server named “files”"):
+        ToolSet.open(tool_host, ["files"])
