@@ -48,7 +48,9 @@ def fit(
     """Check the prompt against the context, and find the fewest oldest turns to leave out if it is over.
 
     The system prompt and the last message (the prompt being answered) are never left out, and what
-    remains starts with a user message: chat templates expect turns to alternate from there.
+    remains starts with a user message: chat templates expect turns to alternate from there. After a tool
+    round the last message is a result: the turn it belongs to (from its prompt on) is kept whole, since a
+    result whose call was left out is one no template can place.
     """
     full = count(messages)
     n_ctx = full.n_ctx
@@ -59,7 +61,9 @@ def fit(
     head = messages[:1] if has_system else []
     body = messages[len(head) : -1]
     last = messages[-1]
-    cuts = [i for i in range(1, len(body) + 1) if i == len(body) or body[i].role == "user"]
+    cuts = [i for i in range(1, len(body)) if body[i].role == "user"]
+    if last.role == "user":
+        cuts.append(len(body))
     best: tuple[int, TokenCount] | None = None
     low, high = 0, len(cuts) - 1
     smallest: TokenCount | None = None
