@@ -114,6 +114,10 @@ class HitDelegate(QStyledItemDelegate):
             where = self.tr("You")
         elif hit.in_reasoning:
             where = self.tr("Hearth (thinking)")
+        elif hit.in_tool_call:
+            where = self.tr("Hearth (tool call)")
+        elif hit.role == "tool":
+            where = self.tr("Tool")
         else:
             where = self.tr("Hearth")
         title = snippet_html(hit.snippet, theme.hit_bg) if hit.message_id is None else html.escape(hit.title)

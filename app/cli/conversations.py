@@ -134,6 +134,7 @@ def _hit_json(hit: SearchHit) -> dict[str, Any]:
         "title": hit.title,
         "role": hit.role,
         "in_reasoning": hit.in_reasoning,
+        "in_tool_call": hit.in_tool_call,
         "snippet": "".join(plain),
         "matches": matches,
         "rank": hit.rank,
@@ -156,6 +157,8 @@ def _cmd_search(core: Core, args: argparse.Namespace, out: TextIO) -> int:
         snippet = " ".join(hit.snippet.replace(HIT_START, "«").replace(HIT_END, "»").split())
         if hit.in_reasoning:
             snippet = f"(thinking) {snippet}"
+        elif hit.in_tool_call:
+            snippet = f"(tool call) {snippet}"
         where = (
             f"{hit.conversation_id}\t{hit.message_id}"
             if hit.message_id is not None

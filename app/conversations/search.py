@@ -1,4 +1,5 @@
-"""Full-text search over conversation titles and messages (SQLite FTS5), best match first."""
+"""Full-text search over conversation titles, messages and the tool calls replies made (SQLite FTS5), best
+match first."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class SearchHit:
     rank: float  # bm25: lower is better; comparable only among hits of the same kind
     role: str | None = None  # the matching message's role
     in_reasoning: bool = False  # the snippet is from the reply's reasoning (its answer did not match)
+    in_tool_call: bool = False  # the snippet is a call the reply made: the tool's name and arguments
 
 
 def match_expression(query: str) -> str | None:
@@ -53,7 +55,8 @@ def match_expression(query: str) -> str | None:
 
 
 def search(db: Database, query: str, limit: int = 50) -> list[SearchHit]:
-    """Conversations whose title matches come first, then messages, each best match first.
+    """Conversations whose title matches come first, then messages, then the tool calls of replies that did
+    not match otherwise, each best match first.
 
     Every word must occur (the last one may also be the start of a word). Conversations in the trash
     and replies still streaming are not searched. For words in more than RANKED_MATCHES messages,
@@ -88,8 +91,15 @@ def search(db: Database, query: str, limit: int = 50) -> list[SearchHit]:
             shown = [hit for hit in found if hit is not None]
             # Trashed conversations are few and short-lived: asking again for more is rare.
             if len(shown) >= wanted or len(found) < fetch:
-                return hits + shown[:wanted]
+                break
             fetch *= 4
+        hits += shown[:wanted]
+        wanted = limit - len(hits)
+        if wanted > 0:
+            seen = {hit.message_id for hit in hits}
+            calls = _tool_call_hits(session, match, RANKED_MATCHES)
+            hits += [hit for hit in calls if hit.message_id not in seen][:wanted]
+        return hits
 
 
 def _message_hits(session: Session, match: str, oldest: int, limit: int) -> list[SearchHit | None]:
@@ -143,3 +153,42 @@ def _message_hits(session: Session, match: str, oldest: int, limit: int) -> list
             )
         )
     return hits
+
+
+def _tool_call_hits(session: Session, match: str, limit: int) -> list[SearchHit]:
+    """The calls that match, best first, one hit per reply (its best call), none in the trash. Calls are far
+    fewer than messages: ranking them all is cheap."""
+    rows = session.execute(
+        text(
+            "SELECT f.rowid AS part_id, f.rank, highlight(tool_calls_fts, 0, :start, :end) AS name, "
+            "snippet(tool_calls_fts, 1, :start, :end, '…', :tokens) AS arguments "
+            "FROM tool_calls_fts AS f WHERE tool_calls_fts MATCH :match ORDER BY f.rank LIMIT :limit"
+        ),
+        {"match": match, "start": HIT_START, "end": HIT_END, "tokens": SNIPPET_TOKENS, "limit": limit},
+    ).all()
+    where = session.execute(
+        text(
+            "SELECT p.id, m.id AS message_id, m.conversation_id, m.role, c.title "
+            "FROM message_parts AS p JOIN messages AS m ON m.id = p.message_id "
+            "JOIN conversations AS c ON c.id = m.conversation_id "
+            "WHERE p.id IN (SELECT value FROM json_each(:ids)) AND c.trashed_at IS NULL "
+            "AND m.status != 'streaming'"
+        ),
+        {"ids": ids_json(row.part_id for row in rows)},
+    )
+    found = {row.id: row for row in where}
+    hits: dict[int, SearchHit] = {}
+    for row in rows:
+        part = found.get(row.part_id)
+        if part is None or part.message_id in hits:
+            continue
+        hits[part.message_id] = SearchHit(
+            part.conversation_id,
+            part.message_id,
+            part.title,
+            f"{row.name} {row.arguments}",
+            row.rank,
+            part.role,
+            in_tool_call=True,
+        )
+    return list(hits.values())

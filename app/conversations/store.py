@@ -731,6 +731,7 @@ class ConversationStore:
         """
         session.execute(text("INSERT INTO conversations_fts(conversations_fts) VALUES ('optimize')"))
         session.execute(text("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')"))
+        session.execute(text("INSERT INTO tool_calls_fts(tool_calls_fts) VALUES ('optimize')"))
 
     def _insert_message(self, row: MessageRow, parent: ParentChoice) -> Message:
         with self._db.session() as session:

@@ -36,10 +36,10 @@ NAMING_CONVENTION = {
 }
 
 ROLES = ("system", "user", "assistant", "tool")  # "tool": revision 0008
-# Full-text search: FTS5 virtual tables, their shadow tables and the view they index. They are kept in
-# step by triggers (revision 0003) or by app.documents.index (revision 0005), not by the ORM, so schema
-# comparisons leave them out.
-SEARCH_INDEX_TABLES = ("messages_fts", "conversations_fts", "document_chunks_fts")
+# Full-text search: FTS5 virtual tables, their shadow tables and the views they index. They are kept in
+# step by triggers (revisions 0003 and 0010) or by app.documents.index (revision 0005), not by the ORM, so
+# schema comparisons leave them out.
+SEARCH_INDEX_TABLES = ("messages_fts", "conversations_fts", "document_chunks_fts", "tool_calls_fts")
 
 
 class MessageStatus(enum.StrEnum):

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from app.conversations.store import ConversationStore, PartInput, ReplyProvenance
 from app.storage.orm import MessageStatus
@@ -92,3 +93,32 @@ def test_an_export_carries_the_calls_and_results_and_imports_as_it_was(
 def _without_ids(messages: list[dict[str, object]]) -> list[dict[str, object]]:
     kept = ("id", "parent_id", "created_at", "updated_at")
     return [{k: v for k, v in m.items() if k not in kept} for m in messages]
+
+
+def fts_intact(store: ConversationStore, table: str) -> None:
+    """FTS5's own check that the index holds exactly what its content says (a wrong 'delete' fails it)."""
+    with store._db.session() as session:
+        session.execute(text(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)"))
+
+
+def test_a_call_is_found_by_its_tool_and_arguments_and_leaves_the_index_with_its_reply(
+    store: ConversationStore,
+) -> None:
+    conversation, ids = a_turn_with_a_tool(store)
+    reply_id = ids[1]
+    # Only the call's arguments hold both words.
+    hits = store.search("city lyon")
+    assert [(h.message_id, h.role, h.in_tool_call) for h in hits] == [(reply_id, "assistant", True)]
+    assert "\x02Lyon\x03" in hits[0].snippet and "get_weather" in hits[0].snippet
+    # One hit per reply, however many of its calls match.
+    assert [h.message_id for h in store.search("get_weather") if h.in_tool_call] == [reply_id]
+    fts_intact(store, "tool_calls_fts")
+
+    store.trash_conversation(conversation)
+    assert store.search("get_weather") == []
+    store.restore_conversation(conversation)
+    store.delete_message(reply_id)
+    assert store.search("get_weather") == []
+    fts_intact(store, "tool_calls_fts")
+    with store._db.read_session() as session:
+        assert session.execute(text("SELECT count(*) FROM tool_calls_fts")).scalar() == 0
