@@ -7,7 +7,6 @@ tells the session what the user does with it.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,10 +33,11 @@ from ui.attachments import AttachmentTray, FileDrops, PassageDialog, forget_open
 from ui.collection_picker import CollectionPicker
 from ui.composer import Composer
 from ui.context_meter import ContextMeter
-from ui.message_row import TOOL_CALLED, TOOL_FAILED, TOOL_RETURNED, ReplyStats, TranscriptEntry, translated
+from ui.message_row import ReplyStats, TranscriptEntry
 from ui.model_bar import ModelBar
 from ui.provenance import ProvenanceDialog
 from ui.row_documents import FileRef, SourceRef
+from ui.row_tools import ToolCard
 from ui.safe_browser import ConfirmOpen, OpenUrl
 from ui.status_line import plain_label
 from ui.thumbnails import Thumbnails
@@ -52,26 +52,11 @@ log = logging.getLogger("hearth.ui")
 MEASURE_DELAY_MS = 400
 
 
-def shown_content(message: Message) -> str:
-    """The text a row shows: a reply with the calls it made after its text, a tool message as what the tool
-    returned, each in a code block (their text is data, not Markdown)."""
+def tool_cards(message: Message) -> tuple[ToolCard, ...]:
+    """A reply's calls, or a tool message's result: shown as cards, their text as data (never Markdown)."""
     if message.role == "tool":
-        result = message.tool_result
-        name = f"`{result.name}`" if result is not None and result.name else translated("Tool")
-        heading = TOOL_FAILED if result is not None and result.is_error else TOOL_RETURNED
-        return f"{translated(heading).format(tool=name)}\n\n{_fenced(message.content)}"
-    calls = [
-        f"{translated(TOOL_CALLED).format(tool=f'`{call.name}`')}\n\n{_fenced(call.text or '', 'json')}"
-        for call in message.tool_calls
-    ]
-    return "\n\n".join([message.content, *calls] if message.content else calls)
-
-
-def _fenced(text: str, language: str = "") -> str:
-    # A fence longer than any run of backticks in the text, so nothing in it can close the block.
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{language}\n{text}\n{fence}"
+        return (ToolCard.of_result(message.tool_result, message.content),)
+    return tuple(ToolCard.of_call(call) for call in message.tool_calls)
 
 
 def entry_for(message: Message) -> TranscriptEntry:
@@ -88,7 +73,8 @@ def entry_for(message: Message) -> TranscriptEntry:
     return TranscriptEntry(
         message.id,
         message.role,
-        shown_content(message),
+        # A tool message's text is its result, which its card shows.
+        "" if message.role == "tool" else message.content,
         message.status,
         message.error,
         stats,
@@ -99,6 +85,7 @@ def entry_for(message: Message) -> TranscriptEntry:
         reasoning_seconds=message.reasoning_seconds,
         files=tuple(FileRef.of_part(part) for part in message.attachments),
         sources=tuple(SourceRef.of_part(part) for part in message.sources),
+        tools=tool_cards(message),
     )
 
 
@@ -313,6 +300,9 @@ class ChatArea(QWidget):
         if focus is not None and focus in self._session.messages:
             if focus == self._thinking_hit:
                 self.transcript.expand_thinking(focus)
+            elif self._session.messages[focus].role == "tool":
+                # A search hit in a tool's result: the words are in its card.
+                self.transcript.set_cards_expanded(focus, True)
             self.transcript.scroll_to_message(focus, flash=True)
         else:
             self.transcript.scroll_to_bottom()

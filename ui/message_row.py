@@ -10,6 +10,8 @@ A row is data plus cached documents (`ui.row_view` decides when they are made an
   in view first, within the time it is given; the rest keep an estimated height until a later call.
 - Geometry is in row coordinates; blocks are found by bisection, so finding what is in view costs the same
   at the end of a long reply as at its start.
+- The tool calls a reply made, or a tool message's result, are cards below the text (`ui.row_tools`):
+  collapsed, a header line; expanded, their text is blocks like the answer's, laid out the same way.
 
 The labels here are translated in the "Transcript" context, like the rest of the transcript's strings.
 """
@@ -42,6 +44,7 @@ from ui.markdown import (
     split_markdown,
 )
 from ui.row_documents import DocumentsGeometry, FileRef, SourceRef, hit_documents, layout_documents
+from ui.row_tools import CARD_GAP, CARD_INSET, CardGeometry, ToolCard, elided_preview, header_height
 
 # The live tail is re-rendered as Markdown up to this size; past it, new text is appended as plain
 # text until the block settles, so per-flush work stays bounded for an endless paragraph or code block.
@@ -94,14 +97,28 @@ ROLE_ACTIONS = {
     "assistant": ("copy", "regenerate", "delete", "info"),
     "tool": ("copy", "delete"),
 }
-TOOL_CALLED = QT_TRANSLATE_NOOP("Transcript", "Called {tool}:")
-TOOL_RETURNED = QT_TRANSLATE_NOOP("Transcript", "{tool} returned:")
-TOOL_FAILED = QT_TRANSLATE_NOOP("Transcript", "{tool} failed:")
+TOOL_CALLED = QT_TRANSLATE_NOOP("Transcript", "Called {tool}")
+TOOL_RETURNED = QT_TRANSLATE_NOOP("Transcript", "{tool} returned")
+TOOL_FAILED = QT_TRANSLATE_NOOP("Transcript", "{tool} failed")
 
 
 def translated(text: object) -> str:
     # `text` is a QT_TRANSLATE_NOOP marker (typed `object` by PySide6) or a plain string.
     return QCoreApplication.translate(CONTEXT, str(text))
+
+
+def card_heading(card: ToolCard, tool: str | None = None) -> str:
+    """The card's heading ("Called add", "add returned", "add failed"); `tool`: how to write the tool's
+    name (by default, as it is)."""
+    if tool is None:
+        tool = card.tool or translated(ROLE_LABELS["tool"])
+    label = TOOL_CALLED if card.kind == "call" else TOOL_FAILED if card.failed else TOOL_RETURNED
+    return translated(label).format(tool=tool)
+
+
+def card_markdown(card: ToolCard) -> str:
+    """A card as "Copy as Markdown" gives it: its heading, then its text in a code block."""
+    return f"{card_heading(card, f'`{card.tool}`' if card.tool else None)}\n\n{card.block}"
 
 
 @dataclass(frozen=True)
@@ -159,6 +176,8 @@ class TranscriptEntry:
     # A prompt's attached files; a reply's source passages.
     files: tuple[FileRef, ...] = ()
     sources: tuple[SourceRef, ...] = ()
+    # The calls a reply made, or a tool message's result (its `content` is then empty): a card each.
+    tools: tuple[ToolCard, ...] = ()
 
 
 @dataclass
@@ -179,12 +198,14 @@ class _Geometry:
     thinking: QRectF | None = None
     thinking_top: float = 0.0
     documents: DocumentsGeometry | None = None
+    # One per tool card, below the text.
+    cards: list[CardGeometry] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Hit:
     message_id: int
-    kind: str  # "thinking" | "action" | "code" | "link" | "file" | "sources" | "source"
+    kind: str  # "thinking" | "tool" | "action" | "code" | "link" | "file" | "sources" | "source"
     key: str
 
 
@@ -292,6 +313,10 @@ class MessageRow:
         self.expanded = thinking_display == "expanded"
         # The reply's Sources block lists its passages (collapsed: one line saying how many).
         self.sources_expanded = False
+        # The tool cards shown expanded (by their index in `entry.tools`), and the blocks of their text:
+        # only while expanded and the row is rendered.
+        self.cards_expanded: set[int] = set()
+        self._card_blocks: dict[int, list[Segment]] = {}
         self.segments: list[Segment] | None = None
         self._splitter: BlockSplitter | None = None
         self._tail: Segment | None = None
@@ -338,6 +363,16 @@ class MessageRow:
     @property
     def reasoning_text(self) -> str:
         return self.live.reasoning if self.live is not None else self._reasoning
+
+    @property
+    def cards(self) -> tuple[ToolCard, ...]:
+        return self.entry.tools
+
+    @property
+    def copy_text(self) -> str:
+        """What "Copy" copies: the message's Markdown, and each tool card's heading and text after it."""
+        parts = [self.text] if self.text else []
+        return "\n\n".join(parts + [card_markdown(card) for card in self.cards])
 
     def _taken_answer(self) -> str:
         if self.live is None:
@@ -407,16 +442,26 @@ class MessageRow:
         return names
 
     def rendered_text(self) -> str:
-        """What the row shows now, as plain text (nothing until it has been rendered)."""
-        segments = self.segments or []
-        pieces = [segment.plain_text() for segment in segments]
+        """What the row shows now, as plain text (nothing until it has been rendered): a tool card as its
+        heading and preview (collapsed, as elided to fit) or its heading and text (expanded)."""
+        if self.segments is None:
+            return ""
+        pieces = [segment.plain_text() for segment in self.segments]
         if self._tail is not None:
             pieces.append(self._tail.plain_text())
+        placed = self.geometry.cards if self.geometry is not None else []
+        for index, card in enumerate(self.cards):
+            preview = placed[index].preview if index < len(placed) else card.preview
+            pieces.append(f"{card_heading(card)} {preview}" if preview else card_heading(card))
+            pieces += [block.plain_text() for block in self._card_blocks.get(index, [])]
         return "\n".join(pieces)
 
     def code_blocks(self) -> list[str]:
         return [
-            code.text for segment in self.segments or [] for code in segment.code_blocks if not code.continued
+            code.text
+            for _top, segment in self.body_segments()
+            for code in segment.code_blocks
+            if not code.continued
         ]
 
     # -- rendering ---------------------------------------------------------------------------------
@@ -462,6 +507,7 @@ class MessageRow:
         self._cutting = None
         self._tail = None
         self.thinking = None
+        self._card_blocks = {}
 
     def answer_moved(self) -> None:
         """The model closed a thinking block it never opened: the live reply's answer so far moved into its
@@ -495,6 +541,27 @@ class MessageRow:
     def set_thinking_display(self, display: str) -> None:
         self.show_thinking = display != "hidden"
         self.set_expanded(display == "expanded")
+
+    def set_card_expanded(self, index: int, expanded: bool) -> None:
+        if expanded:
+            self.cards_expanded.add(index)
+        else:
+            self.cards_expanded.discard(index)
+            self._card_blocks.pop(index, None)
+        self.geometry = None
+        self.measured_width = None
+
+    def _ensure_cards(self, style: RenderStyle) -> None:
+        """Render the text of the expanded cards: a code block, cut into pieces when big, which are made and
+        laid out where they are seen first, like the answer's (expanding a 32,000-line result costs what a
+        screenful of it does)."""
+        for index in self.cards_expanded:
+            if index in self._card_blocks or index >= len(self.cards):
+                continue
+            self._card_blocks[index] = [
+                render_markdown(item, style) if isinstance(item, str) else render_piece(item, style)
+                for item in split_block(self.cards[index].block)
+            ]
 
     def _ensure_thinking(self, style: RenderStyle) -> bool:
         """Render the reasoning when its section is open. Plain text, grown by appends while it streams:
@@ -617,6 +684,11 @@ class MessageRow:
             if self.expanded:
                 reasoning = self.reasoning_text
                 lines += reasoning.count("\n") + len(reasoning) / per_line
+        for index, card in enumerate(self.cards):
+            lines += 1.5
+            if index in self.cards_expanded:
+                code_lines = card.text.count("\n") + len(card.text) / per_line + 3
+                lines += code_lines * fonts.code_line / fonts.line
         return math.ceil(fonts.chrome + lines * fonts.line)
 
     def layout(
@@ -637,6 +709,7 @@ class MessageRow:
         self.render(style, deadline)
         assert self.segments is not None
         self._ensure_thinking(style)
+        self._ensure_cards(style)
         content = self.content_width(width)
         role_h = QFontMetricsF(fonts.role).height()
         header = QRectF(ROW_PAD, ROW_PAD, content, role_h)
@@ -661,29 +734,32 @@ class MessageRow:
         deadline: float,
         window: tuple[float, float] | None,
     ) -> None:
-        """Place the blocks from number `first` on, below `y` (the bottom of the one before), then the tail.
+        """Place the blocks from number `first` on, below `y` (the bottom of the one before), then the tail
+        and the tool cards.
 
-        Blocks not laid out at `content` width are laid out while there is time before `deadline`, those
-        in `window` first; the others keep the height they had at another width, or an estimate.
+        Blocks not laid out at `content` width (the answer's from `first` on, the expanded cards') are laid
+        out while there is time before `deadline`, those in `window` first; the others keep the height they
+        had at another width, or an estimate.
         """
         geometry = self.geometry
         assert geometry is not None and self.segments is not None
         segments = self.segments
-        for segment in segments[first:]:
+        waiting = segments[first:] + [
+            block for index in sorted(self._card_blocks) for block in self._card_blocks[index]
+        ]
+        for segment in waiting:
             if segment.width < 0 and not segment.height:
                 segment.height = self._estimate_segment(segment, content, fonts)
         budget = _Budget(deadline)
         laid_out = False
         if window is not None:
-            self._place_tops(first, y)
-            tops = geometry.seg_tops
-            for index in range(max(first, bisect.bisect_right(tops, window[0]) - 1), len(segments)):
-                if tops[index] >= window[1]:
-                    break
-                if segments[index].width != content and budget.allows():
-                    laid_out |= budget.layout(segments[index], content)
+            self._place_tops(first, y, content, fonts)
+            placed = {id(segment) for segment in waiting}
+            for _top, segment in self.segments_between(*window):
+                if id(segment) in placed and segment.width != content and budget.allows():
+                    laid_out |= budget.layout(segment, content)
         exact = True
-        for segment in segments[first:]:
+        for segment in waiting:
             if segment.width == content:
                 continue
             # A block of its own is laid out at once, as it was rendered; only pieces wait their turn.
@@ -692,16 +768,12 @@ class MessageRow:
             else:
                 exact = False
         if laid_out or window is None:
-            self._place_tops(first, y)
-        y = geometry.seg_tops[-1] + segments[-1].height if geometry.seg_tops else geometry.body_top
-        if self._tail is not None:
-            if geometry.seg_tops:
-                y += SEGMENT_GAP
-            y += self._tail.layout(content)
-        geometry.body_height = y - geometry.body_top
+            self._place_tops(first, y, content, fonts)
         self.exact = exact and all(segment.width == content for segment in segments[:first])
 
-    def _place_tops(self, first: int, y: float) -> None:
+    def _place_tops(self, first: int, y: float, content: float, fonts: RowFonts) -> None:
+        """The tops of the blocks from number `first` on, below `y`; then the tail and the cards below them,
+        which is where the body ends."""
         geometry = self.geometry
         assert geometry is not None and self.segments is not None
         tops = geometry.seg_tops
@@ -711,6 +783,62 @@ class MessageRow:
                 y += -segment.overlap if segment.joined else SEGMENT_GAP
             tops.append(y)
             y += segment.height
+        if self._tail is not None:
+            if tops:
+                y += SEGMENT_GAP
+            y += self._tail.layout(content)
+        geometry.body_height = self._place_cards(y, content, fonts) - geometry.body_top
+
+    def _place_cards(self, y: float, content: float, fonts: RowFonts) -> float:
+        """Place the tool cards below `y` (a header each, and an expanded card's blocks under it); returns
+        their bottom."""
+        geometry = self.geometry
+        assert geometry is not None
+        geometry.cards = []
+        if not self.cards:
+            return y
+        if geometry.seg_tops or self._tail is not None:
+            y += SEGMENT_GAP
+        height = header_height(fonts.small, fonts.code)
+        for index, card in enumerate(self.cards):
+            if index:
+                y += CARD_GAP
+            top = y
+            header = QRectF(ROW_PAD - CARD_INSET, top, content + 2 * CARD_INSET, height)
+            expanded = index in self.cards_expanded
+            # Collapsed, the header previews the text; expanded, the text is right under it.
+            preview = ""
+            if not expanded:
+                preview = elided_preview(
+                    card.preview, self.card_label(index), header, fonts.small, fonts.code
+                )
+            placed = CardGeometry(header, header, preview)
+            y = header.bottom()
+            blocks = self._card_blocks.get(index, [])
+            for block in blocks:
+                if placed.tops:
+                    y += -block.overlap if block.joined else SEGMENT_GAP
+                placed.tops.append(y)
+                y += block.height
+            if blocks:
+                y += CARD_INSET
+            placed.frame = QRectF(header.left(), top, header.width(), y - top)
+            geometry.cards.append(placed)
+        return y
+
+    def card_label(self, index: int) -> str:
+        """A card's header: its disclosure triangle and heading."""
+        return f"{'▾' if index in self.cards_expanded else '▸'} {card_heading(self.cards[index])}"
+
+    def _block_runs(self) -> list[tuple[list[float], list[Segment]]]:
+        """(tops, blocks) of the answer, then of each expanded card, top to bottom (the tail not included)."""
+        geometry = self.geometry
+        assert geometry is not None and self.segments is not None
+        runs = [(geometry.seg_tops, self.segments)]
+        for index, placed in enumerate(geometry.cards):
+            if placed.tops:
+                runs.append((placed.tops, self._card_blocks.get(index, [])))
+        return runs
 
     @staticmethod
     def _estimate_segment(segment: Segment, content: float, fonts: RowFonts) -> float:
@@ -736,19 +864,30 @@ class MessageRow:
 
     def pin(self, y: float) -> tuple[int, float] | None:
         """Where row coordinate `y` is among the blocks: (block, fraction of it above `y`), to find the same
-        place again (`unpin`) once blocks above it, or the width, changed."""
+        place again (`unpin`) once blocks above it, or the width, changed. Blocks are counted through the
+        answer, then the expanded tool cards."""
         geometry = self.geometry
-        if geometry is None or not self.segments or not geometry.seg_tops or y < geometry.body_top:
+        if geometry is None or self.segments is None or y < geometry.body_top:
             return None
-        index = bisect.bisect_right(geometry.seg_tops, y) - 1
-        return index, (y - geometry.seg_tops[index]) / max(1.0, self.segments[index].height)
+        found = None
+        passed = 0
+        for tops, blocks in self._block_runs():
+            if tops and y >= tops[0]:
+                index = bisect.bisect_right(tops, y) - 1
+                found = passed + index, (y - tops[index]) / max(1.0, blocks[index].height)
+            passed += len(tops)
+        return found
 
     def unpin(self, pin: tuple[int, float]) -> float | None:
         geometry = self.geometry
         index, fraction = pin
-        if geometry is None or self.segments is None or index >= len(geometry.seg_tops):
+        if geometry is None or self.segments is None:
             return None
-        return geometry.seg_tops[index] + fraction * self.segments[index].height
+        for tops, blocks in self._block_runs():
+            if index < min(len(tops), len(blocks)):
+                return tops[index] + fraction * blocks[index].height
+            index -= len(tops)
+        return None
 
     def relayout_growth(self, fonts: RowFonts, deadline: float, window: tuple[float, float]) -> None:
         """After a flush: lay out only the new blocks (see `layout` for `deadline` and `window`) and the
@@ -843,13 +982,16 @@ class MessageRow:
         return translated(ACTION_LABELS[name]) if name in ACTION_LABELS else name
 
     def body_segments(self) -> list[tuple[float, Segment]]:
-        """(top in row coordinates, segment) for each block, the live tail last."""
+        """(top in row coordinates, segment) for each block: the answer's, the live tail, the cards'."""
         geometry = self.geometry
         if geometry is None or self.segments is None:
             return []
+        runs = self._block_runs()
         placed = list(zip(geometry.seg_tops, self.segments, strict=False))
         if self._tail is not None:
             placed.append((self._tail_top(), self._tail))
+        for tops, blocks in runs[1:]:
+            placed += zip(tops, blocks, strict=False)
         return placed
 
     def segments_between(self, top: float, bottom: float) -> list[tuple[float, Segment]]:
@@ -858,19 +1000,14 @@ class MessageRow:
         geometry = self.geometry
         if geometry is None or self.segments is None:
             return []
-        tops = geometry.seg_tops
-        found: list[tuple[float, Segment]] = []
-        for index in range(max(0, bisect.bisect_right(tops, top) - 1), len(tops)):
-            y = tops[index]
-            if y >= bottom:
-                return found
-            segment = self.segments[index]
-            if y + segment.height > top:
-                found.append((y, segment))
+        runs = self._block_runs()
+        found = _blocks_between(*runs[0], top, bottom)
         if self._tail is not None:
             y = self._tail_top()
             if y < bottom and y + self._tail.height > top:
                 found.append((y, self._tail))
+        for tops, blocks in runs[1:]:
+            found += _blocks_between(tops, blocks, top, bottom)
         return found
 
     def _tail_top(self) -> float:
@@ -888,6 +1025,9 @@ class MessageRow:
             return None
         if geometry.thinking is not None and geometry.thinking.contains(point):
             return Hit(self.message_id, "thinking", "toggle")
+        for index, placed in enumerate(geometry.cards):
+            if placed.header.contains(point):
+                return Hit(self.message_id, "tool", str(index))
         for name, rect in geometry.actions:
             if rect.contains(point) and name != "sibling":
                 return Hit(self.message_id, "action", name)
@@ -904,3 +1044,17 @@ class MessageRow:
             if href:
                 return Hit(self.message_id, "link", href)
         return None
+
+
+def _blocks_between(
+    tops: list[float], blocks: list[Segment], top: float, bottom: float
+) -> list[tuple[float, Segment]]:
+    """The blocks intersecting [top, bottom), found by bisection of their `tops`."""
+    found: list[tuple[float, Segment]] = []
+    for index in range(max(0, bisect.bisect_right(tops, top) - 1), min(len(tops), len(blocks))):
+        y = tops[index]
+        if y >= bottom:
+            break
+        if y + blocks[index].height > top:
+            found.append((y, blocks[index]))
+    return found

@@ -1,4 +1,5 @@
-"""Painting message rows: the bubble, the header, the reasoning, the blocks in view and the footer.
+"""Painting message rows: the bubble, the header, the reasoning, the blocks in view, the tool cards and the
+footer.
 
 Only the blocks that intersect the exposed area are painted, and the pieces of split blocks are copied
 from images of them as painted (`PieceImages`).
@@ -26,6 +27,7 @@ from ui.message_row import (
     translated,
 )
 from ui.row_documents import paint_documents
+from ui.row_tools import paint_card
 from ui.theme import Theme
 
 
@@ -135,6 +137,7 @@ class RowPainter:
                 )
                 if segment.width != content:
                     painter.restore()
+        self._paint_cards(painter, row, top, bottom)
 
         if geometry.documents is not None:
             hover = self._hover
@@ -201,6 +204,26 @@ class RowPainter:
         context.palette = palette
         document.document.documentLayout().draw(painter, context)
         painter.restore()
+
+    def _paint_cards(self, painter: QPainter, row: MessageRow, top: float, bottom: float) -> None:
+        """The tool cards' borders and headers in view (an expanded card's text is among the row's blocks)."""
+        geometry = row.geometry
+        assert geometry is not None
+        for index, (card, placed) in enumerate(zip(row.cards, geometry.cards, strict=False)):
+            if placed.frame.bottom() < top or placed.frame.top() > bottom:
+                continue
+            paint_card(
+                painter,
+                placed,
+                row.card_label(index),
+                card.failed,
+                self._fonts.small,
+                self._fonts.code,
+                self._theme,
+                hovered=self._hover == Hit(row.message_id, "tool", str(index)),
+                top=top,
+                bottom=bottom,
+            )
 
     def _paint_segment(
         self,

@@ -9,7 +9,8 @@ re-laid out everything on each flush. Here a row is data plus cached documents, 
 - `ui.row_view`: the rows in a scroll area, rendered and laid out lazily within a budget per event-loop
   turn, keeping the scroll position on what the user reads;
 - `ui.row_painter`: painting only the rows, and within a row only the blocks, in the exposed area;
-- this module: the widget, the conversation's entries, live replies, thinking, actions and links.
+- this module: the widget, the conversation's entries, live replies, thinking, tool cards, actions and
+  links.
 
 Everything the model wrote goes through `ui.markdown` (safe documents: no resource loading, no raw
 HTML); links open only as http(s) after confirmation, and their tooltips are escaped.
@@ -178,8 +179,14 @@ class Transcript(RowView):
         self._relayout_all()
 
     def set_entries(self, entries: Sequence[TranscriptEntry]) -> None:
+        # A branch read again with messages added (a tool turn's results) keeps what was opened in the rest.
+        before = {row.message_id: row for row in self._rows}
         self.clear()
         self._rows = [self._new_row(entry) for entry in entries]
+        for row in self._rows:
+            old = before.get(row.message_id)
+            if old is not None:
+                _keep_view_state(old, row)
         self._reindex()
         for row in self._rows:
             row.height = row.estimate(self._width, self._fonts)
@@ -220,13 +227,12 @@ class Transcript(RowView):
             entry.content != row.text
             or entry.role != row.role
             or (entry.reasoning or "") != row.reasoning_text
+            or entry.tools != row.cards
         ):
             index = self._index[entry.message_id]
             self._rows[index] = self._new_row(entry)
             self._rows[index].height = row.height
-            self._rows[index].sources_expanded = row.sources_expanded
-            if row.has_thinking:
-                self._rows[index].expanded = row.expanded
+            _keep_view_state(row, self._rows[index])
         else:
             row.entry = entry
             row.geometry = None
@@ -344,6 +350,30 @@ class Transcript(RowView):
             self._ensure_visible(index, geometry.documents.toggle)
         self.viewport().update()
 
+    def toggle_card(self, message_id: int, card: int) -> None:
+        """Expand or collapse one of a message's tool cards, keeping its header where the user clicked it."""
+        index = self._index.get(message_id)
+        if index is None or card >= len(self._rows[index].cards):
+            return
+        row = self._rows[index]
+        row.set_card_expanded(card, card not in row.cards_expanded)
+        self._measure(index, at_end=True)
+        self._update_scroll_range()
+        geometry = row.geometry
+        if geometry is not None and card < len(geometry.cards):
+            self._ensure_visible(index, geometry.cards[card].header)
+        self.viewport().update()
+
+    def set_cards_expanded(self, message_id: int, expanded: bool) -> None:
+        """Expand or collapse all of a message's tool cards (from its context menu, or for a search hit in a
+        tool's result)."""
+        row = self.row(message_id)
+        if row is None or not row.cards:
+            return
+        for card in range(len(row.cards)):
+            row.set_card_expanded(card, expanded)
+        self._relayout_all()
+
     def expand_thinking(self, message_id: int) -> None:
         """Open a reply's Thinking section (a search found words in it), unless thinking is hidden."""
         row = self.row(message_id)
@@ -361,6 +391,16 @@ class Transcript(RowView):
             raise KeyError(f"message {message_id} shows no thinking")
         self._ensure_visible(index, geometry.thinking)
         return geometry.thinking.translated(self._row_origin(index)).toAlignedRect()
+
+    def card_rect(self, message_id: int, card: int = 0) -> QRect:
+        """A tool card's header, in viewport coordinates, after scrolling it into view."""
+        index = self._index[message_id]
+        self._measure_all(index)
+        geometry = self._rows[index].geometry
+        assert geometry is not None
+        rect = geometry.cards[card].header
+        self._ensure_visible(index, rect)
+        return rect.translated(self._row_origin(index)).toAlignedRect()
 
     def _tick_thinking(self) -> None:
         """Repaint only the labels of replies thinking right now, so their clocks run."""
@@ -565,6 +605,8 @@ class Transcript(RowView):
             self._open_link(QUrl(hit.key))
         elif hit.kind == "thinking":
             self.toggle_thinking(hit.message_id)
+        elif hit.kind == "tool":
+            self.toggle_card(hit.message_id, int(hit.key))
         elif hit.kind == "code":
             self._copy_code(hit)
         elif hit.kind == "sources":
@@ -582,9 +624,10 @@ class Transcript(RowView):
         if row is None:
             return
         if action == "copy":
-            QGuiApplication.clipboard().setText(row.text)
+            text = row.copy_text
+            QGuiApplication.clipboard().setText(text)
             self._show_copied(row, "message")
-            self.copied.emit(row.text)
+            self.copied.emit(text)
             return
         self.actionTriggered.emit(action, message_id)
 
@@ -593,7 +636,7 @@ class Transcript(RowView):
         if row is None:
             return
         segment_id, number = hit.key.split(":")
-        for segment in row.segments or []:
+        for _top, segment in row.body_segments():
             if str(id(segment)) == segment_id:
                 code = segment.code_blocks[int(number)].text
                 QGuiApplication.clipboard().setText(code)
@@ -659,6 +702,18 @@ class Transcript(RowView):
             )
             toggle = menu.addAction(label)
             toggle.triggered.connect(lambda _checked=False, m=row.message_id: self.toggle_thinking(m))
+        if row.cards:
+            # Open any that are closed; once all are open, close them.
+            expand = len(row.cards_expanded) < len(row.cards)
+            label = (
+                QCoreApplication.translate("Transcript", "Show tool details")
+                if expand
+                else QCoreApplication.translate("Transcript", "Hide tool details")
+            )
+            cards = menu.addAction(label)
+            cards.triggered.connect(
+                lambda _checked=False, m=row.message_id, e=expand: self.set_cards_expanded(m, e)
+            )
         for name in row.actions():
             if name == "sibling":
                 continue
@@ -667,3 +722,11 @@ class Transcript(RowView):
             action.triggered.connect(lambda _checked=False, n=name, m=row.message_id: self.trigger(n, m))
         if not menu.isEmpty():
             menu.exec(event.globalPos())
+
+
+def _keep_view_state(old: MessageRow, new: MessageRow) -> None:
+    """What the user opened in a message's row stays open in the row that replaces it."""
+    new.sources_expanded = old.sources_expanded
+    if old.has_thinking:
+        new.expanded = old.expanded
+    new.cards_expanded = {card for card in old.cards_expanded if card < len(new.cards)}

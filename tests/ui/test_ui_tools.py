@@ -1,5 +1,5 @@
-"""A conversation in which the model called tools, as the window shows it: each call under the reply that
-made it, each result as a row of its own, their text in code blocks (data, never Markdown)."""
+"""A conversation in which the model called tools, as the window shows it: each call a card under the reply
+that made it, each result a card in a row of its own, their text in code blocks (data, never Markdown)."""
 
 from __future__ import annotations
 
@@ -49,10 +49,17 @@ def test_calls_and_results_show_in_the_transcript(
     click_conversation(qtbot, window, "What is 2 + 40?")
     qtbot.waitUntil(lambda: len(rows(window)) == 5, timeout=WAIT_MS)
     assert [row.role for row in rows(window)] == ["user", "assistant", "tool", "tool", "assistant"]
-    calling, returned, refused = (row.entry.content for row in rows(window)[1:4])
-    assert calling == 'Let me add.\n\nCalled `add`:\n\n```json\n{"a": 2, "b": 40}\n```'
-    assert returned == f"`add` returned:\n\n````\n{result}\n````"
-    assert refused.startswith("`add` failed:")
+    calling, returned, refused = rows(window)[1:4]
+    assert calling.text == "Let me add." and returned.text == "" and refused.text == ""
+    assert [(card.kind, card.tool, card.text) for card in calling.cards] == [
+        ("call", "add", '{\n  "a": 2,\n  "b": 40\n}')
+    ]
+    assert [(card.kind, card.text, card.failed) for card in returned.cards] == [("result", result, False)]
+    assert [(card.text, card.failed) for card in refused.cards] == [("no", True)]
+    # Copied, each is its heading and its text in a code block.
+    assert calling.copy_text == 'Let me add.\n\nCalled `add`\n\n```json\n{\n  "a": 2,\n  "b": 40\n}\n```'
+    assert returned.copy_text == f"`add` returned\n\n````\n{result}\n````"
+    assert refused.copy_text == "`add` failed\n\n```\nno\n```"
 
 
 def test_a_call_is_asked_about_in_the_window_and_the_reply_follows_its_results(
@@ -90,7 +97,7 @@ def test_a_call_is_asked_about_in_the_window_and_the_reply_follows_its_results(
     )
     assert not card.isVisible()
     assert rows(window)[-1].entry.content == "Results: 42, 2"
-    assert rows(window)[2].entry.content == "`add` returned:\n\n```\n42\n```"
+    assert rows(window)[2].copy_text == "`add` returned\n\n```\n42\n```"
 
 
 def test_stop_while_a_call_waits_denies_it_and_ends_the_chat(
@@ -113,8 +120,8 @@ def test_stop_while_a_call_waits_denies_it_and_ends_the_chat(
     # The stored turn is read back once the reply ends.
     qtbot.waitUntil(lambda: any(r.role == "tool" for r in rows(window)), timeout=WAIT_MS)
     tools = [r for r in rows(window) if r.role == "tool"]
-    assert tools[0].entry.content.startswith("`add` failed:")
-    assert "The user did not allow this call" in tools[0].entry.content
+    [refusal] = tools[0].cards
+    assert refusal.failed and "The user did not allow this call" in refusal.text
 
 
 def first_server(dialog: ToolsDialog) -> QTreeWidgetItem:
@@ -135,11 +142,12 @@ def test_tool_servers_are_added_checked_turned_off_and_removed_in_the_tools_dial
     dialog.nameEdit.setText("maths")
     dialog.targetEdit.setText(f"{shlex.quote(sys.executable)} -m tests.helpers.mcp_tool_server")
     click(dialog.addButton)
+    # Added (the keyring is asked off the GUI thread), then started and asked for its tools.
+    qtbot.waitUntil(lambda: dialog.serverTree.topLevelItemCount() == 1, timeout=WAIT_MS)
     assert json.loads((hermetic_home / "mcp.json").read_text())["mcpServers"]["maths"]["args"] == [
         "-m",
         "tests.helpers.mcp_tool_server",
     ]
-    # Added, then started off the GUI thread and asked for its tools.
     qtbot.waitUntil(lambda: first_server(dialog).text(1) == "6 tools", timeout=WAIT_MS)
     item = first_server(dialog)
     tools = {child.text(0): child.text(2) for child in map(item.child, range(item.childCount())) if child}
@@ -148,7 +156,7 @@ def test_tool_servers_are_added_checked_turned_off_and_removed_in_the_tools_dial
     item.setSelected(True)
     assert dialog.toggleButton.text() == "Turn off"
     click(dialog.toggleButton)
-    assert first_server(dialog).text(1) == "Off"
+    qtbot.waitUntil(lambda: first_server(dialog).text(1) == "Off", timeout=WAIT_MS)
     assert json.loads((hermetic_home / "mcp.json").read_text())["mcpServers"]["maths"]["disabled"] is True
     # The Tools menu offers only servers that are on.
     picker = window.chatArea.toolsPicker
@@ -160,10 +168,10 @@ def test_tool_servers_are_added_checked_turned_off_and_removed_in_the_tools_dial
 
     first_server(dialog).setSelected(True)
     click(dialog.removeButton)
-    assert dialog.serverTree.topLevelItemCount() == 0
+    qtbot.waitUntil(lambda: dialog.serverTree.topLevelItemCount() == 0, timeout=WAIT_MS)
     assert json.loads((hermetic_home / "mcp.json").read_text())["mcpServers"] == {}
 
     dialog.nameEdit.setText("bad name")
     dialog.targetEdit.setText("uvx thing")
     click(dialog.addButton)
-    assert "cannot name a tool server" in dialog.statusLabel.text()
+    qtbot.waitUntil(lambda: "cannot name a tool server" in dialog.statusLabel.text(), timeout=WAIT_MS)
