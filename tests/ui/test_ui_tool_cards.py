@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QPoint, Qt, QUrl
+from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QColor, QGuiApplication, QImage
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QWidget
@@ -17,10 +17,9 @@ from pytestqt.qtbot import QtBot
 from app.conversations.store import ConversationStore, PartInput, ReplyProvenance
 from app.paths import HearthPaths
 from app.storage.orm import MessageStatus
-from tests.helpers.ui_fixtures import GuiSessions
+from tests.helpers.ui_fixtures import GuiSessions, click_in_transcript, settle_transcript
 from ui.chat_area import entry_for
 from ui.message_row import MessageRow, TranscriptEntry
-from ui.row_view import FLUSH_INTERVAL_MS
 from ui.theme import DARK, LIGHT
 from ui.transcript import Transcript
 
@@ -82,16 +81,6 @@ class _Turn:
         return [entry_for(message) for message in self.store.list_messages(self.conversation_id)]
 
 
-def _settle(qtbot: QtBot) -> None:
-    qtbot.wait(FLUSH_INTERVAL_MS * 2)
-    QApplication.processEvents()
-
-
-def _click(transcript: Transcript, point: QPoint) -> None:
-    QTest.mouseMove(transcript.viewport(), point)
-    QTest.mouseClick(transcript.viewport(), Qt.MouseButton.LeftButton, pos=point)
-
-
 def _row(transcript: Transcript, message_id: int) -> MessageRow:
     row = transcript.row(message_id)
     assert row is not None
@@ -104,7 +93,7 @@ def _laid_out(row: MessageRow) -> bool:
 
 def _shown(transcript: Transcript, turn: _Turn, qtbot: QtBot) -> None:
     transcript.set_entries(turn.entries())
-    _settle(qtbot)
+    settle_transcript(qtbot)
 
 
 def test_calls_and_results_start_collapsed_to_a_header_with_a_preview(
@@ -139,7 +128,7 @@ def test_clicking_a_header_expands_its_text_as_code_and_clicking_again_collapses
     reply = _row(transcript, turn.reply_id)
     collapsed = reply.height
 
-    _click(transcript, transcript.card_rect(turn.reply_id).center())
+    click_in_transcript(transcript, transcript.card_rect(turn.reply_id).center())
     qtbot.waitUntil(lambda: _laid_out(reply))
     assert reply.cards_expanded == {0}
     assert reply.card_label(0) == "▾ Called add"
@@ -150,13 +139,13 @@ def test_clicking_a_header_expands_its_text_as_code_and_clicking_again_collapses
     header = transcript.card_rect(turn.reply_id)
     assert transcript.text_point(turn.reply_id, '"b": 40').y() > header.bottom()
 
-    _click(transcript, transcript.card_rect(turn.reply_id).center())
+    click_in_transcript(transcript, transcript.card_rect(turn.reply_id).center())
     assert reply.cards_expanded == set() and reply.code_blocks() == []
     assert reply.height == collapsed
 
     # A tool's result, the same way.
     tool = _row(transcript, turn.tool_ids[0])
-    _click(transcript, transcript.card_rect(turn.tool_ids[0]).center())
+    click_in_transcript(transcript, transcript.card_rect(turn.tool_ids[0]).center())
     qtbot.waitUntil(lambda: _laid_out(tool))
     assert tool.code_blocks() == ["42"]
     assert tool.rendered_text() == "add returned\n42"
@@ -169,15 +158,15 @@ def test_an_open_card_stays_open_through_rereads_resizes_and_theme_changes(
     entries = turn.entries()
     # The branch as it was while the answer was being written: the tool's result not shown yet.
     transcript.set_entries([entry for entry in entries if entry.message_id != turn.tool_ids[0]])
-    _settle(qtbot)
-    _click(transcript, transcript.card_rect(turn.reply_id).center())
+    settle_transcript(qtbot)
+    click_in_transcript(transcript, transcript.card_rect(turn.reply_id).center())
     reply = _row(transcript, turn.reply_id)
     qtbot.waitUntil(lambda: _laid_out(reply))
     expanded = reply.height
 
     # Read again once the turn ended, with the result in it: new rows, the card still open.
     transcript.sync_entries(turn.entries())
-    _settle(qtbot)
+    settle_transcript(qtbot)
     reply = _row(transcript, turn.reply_id)
     assert reply.cards_expanded == {0}
     transcript.sync_entries(turn.entries())
@@ -193,7 +182,7 @@ def test_an_open_card_stays_open_through_rereads_resizes_and_theme_changes(
     qtbot.waitUntil(lambda: _laid_out(reply) and reply.code_blocks() == [PRETTY])
 
     transcript.resize(360, 500)
-    _settle(qtbot)
+    settle_transcript(qtbot)
     qtbot.waitUntil(lambda: _laid_out(reply) and reply.measured_width is not None)
     assert reply.cards_expanded == {0} and reply.code_blocks() == [PRETTY]
     assert reply.height >= expanded
@@ -204,7 +193,7 @@ def test_an_open_card_stays_open_through_rereads_resizes_and_theme_changes(
 
     light = number_colour()
     transcript.set_theme(DARK)
-    _settle(qtbot)
+    settle_transcript(qtbot)
     qtbot.waitUntil(lambda: _laid_out(reply))
     assert reply.cards_expanded == {0} and reply.code_blocks() == [PRETTY]
     assert number_colour() != light, "the card's text was not rendered again in the new theme"
@@ -235,7 +224,7 @@ def test_a_failed_result_is_marked_as_failed(
     error = QColor(LIGHT.error).rgb()
     assert error in header(turn.tool_ids[1]), "the failed card is not drawn in the error colour"
     assert error not in header(turn.tool_ids[0])
-    _click(transcript, transcript.action_rect(turn.tool_ids[1], "copy").center())
+    click_in_transcript(transcript, transcript.action_rect(turn.tool_ids[1], "copy").center())
     assert QGuiApplication.clipboard().text() == "`add` failed\n\n```\nThe user did not allow this call.\n```"
 
 
@@ -253,7 +242,7 @@ def test_hostile_text_shows_literally_collapsed_and_expanded(
     assert geometry is not None
     assert geometry.cards[0].preview.startswith("<b>bold</b> [click](javascript:alert(1)) **strong** ```")
 
-    _click(transcript, transcript.card_rect(turn.tool_ids[0]).center())
+    click_in_transcript(transcript, transcript.card_rect(turn.tool_ids[0]).center())
     qtbot.waitUntil(lambda: _laid_out(tool))
     # One code block holding all of it, fences and all: nothing closed it early, nothing became Markdown.
     assert tool.code_blocks() == [HOSTILE]
@@ -269,9 +258,9 @@ def test_hostile_text_shows_literally_collapsed_and_expanded(
                 assert not fragment.charFormat().font().bold(), f"{fragment.text()!r} became bold"
                 fragments += 1
             block = block.next()
-    _click(transcript, transcript.text_point(turn.tool_ids[0], "click"))
+    click_in_transcript(transcript, transcript.text_point(turn.tool_ids[0], "click"))
     assert links == []
-    _click(transcript, transcript.action_rect(turn.tool_ids[0], "copy").center())
+    click_in_transcript(transcript, transcript.action_rect(turn.tool_ids[0], "copy").center())
     assert QGuiApplication.clipboard().text() == f"`add` returned\n\n`````\n{HOSTILE}\n`````"
 
 
@@ -287,7 +276,7 @@ def test_a_32000_character_result_collapsed_is_one_header_tall_and_expands_a_pie
     collapsed = big.rendered_text()
     assert collapsed.startswith("add returned row 00000: value row 00001") and "row 01999" not in collapsed
 
-    _click(transcript, transcript.card_rect(turn.tool_ids[1]).center())
+    click_in_transcript(transcript, transcript.card_rect(turn.tool_ids[1]).center())
     # Cut into pieces, laid out where they are seen first: the click did not lay out all of it.
     assert not big.exact
     qtbot.waitUntil(lambda: _laid_out(big), timeout=30_000)
@@ -298,7 +287,7 @@ def test_a_32000_character_result_collapsed_is_one_header_tall_and_expands_a_pie
     shown = big.rendered_text()
     assert shown.startswith("add returned\nrow 00000: value\n") and shown.endswith(huge.splitlines()[-1])
 
-    _click(transcript, transcript.card_rect(turn.tool_ids[1]).center())
+    click_in_transcript(transcript, transcript.card_rect(turn.tool_ids[1]).center())
     assert big.height == small.height
 
 
@@ -308,16 +297,16 @@ def test_copy_gives_the_message_with_its_calls(
     turn = _Turn(store, ("42", False))
     _shown(transcript, turn, qtbot)
     clipboard = QGuiApplication.clipboard()
-    _click(transcript, transcript.action_rect(turn.reply_id, "copy").center())
+    click_in_transcript(transcript, transcript.action_rect(turn.reply_id, "copy").center())
     assert clipboard.text() == f"Let me add.\n\nCalled `add`\n\n```json\n{PRETTY}\n```"
-    _click(transcript, transcript.action_rect(turn.tool_ids[0], "copy").center())
+    click_in_transcript(transcript, transcript.action_rect(turn.tool_ids[0], "copy").center())
     assert clipboard.text() == "`add` returned\n\n```\n42\n```"
 
     # An expanded card's code block has a Copy button of its own: the arguments alone.
-    _click(transcript, transcript.card_rect(turn.reply_id).center())
+    click_in_transcript(transcript, transcript.card_rect(turn.reply_id).center())
     reply = _row(transcript, turn.reply_id)
     qtbot.waitUntil(lambda: _laid_out(reply))
-    _click(transcript, transcript.code_copy_rect(turn.reply_id).center())
+    click_in_transcript(transcript, transcript.code_copy_rect(turn.reply_id).center())
     assert clipboard.text() == PRETTY
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt, QTimer, QUrl
 from PySide6.QtGui import QColor, QGuiApplication, QHelpEvent, QImage, QRawFont, QTextLayout, QWheelEvent
-from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QToolTip, QWidget
 from pytestqt.qtbot import QtBot
 
@@ -20,10 +19,10 @@ import ui.message_row
 import ui.row_view
 import ui.safe_browser as safe_browser
 import ui.transcript
+from tests.helpers.ui_fixtures import click_in_transcript, settle_transcript
 from tests.ui.test_ui_safe_browser import _FileOpenWatch, _write_png
 from ui.markdown import RenderStyle, Segment
 from ui.message_row import TAIL_MARKDOWN_LIMIT, MessageRow, ReplyStats, TranscriptEntry
-from ui.row_view import FLUSH_INTERVAL_MS
 from ui.theme import DARK, LIGHT
 from ui.transcript import Transcript
 
@@ -83,16 +82,6 @@ def _history(count: int) -> list[TranscriptEntry]:
     ]
 
 
-def _settle(qtbot: QtBot) -> None:
-    qtbot.wait(FLUSH_INTERVAL_MS * 2)
-    QApplication.processEvents()
-
-
-def _click(transcript: Transcript, point: QPoint) -> None:
-    QTest.mouseMove(transcript.viewport(), point)
-    QTest.mouseClick(transcript.viewport(), Qt.MouseButton.LeftButton, pos=point)
-
-
 def test_a_burst_of_deltas_renders_once_per_flush(
     qtbot: QtBot, transcript: Transcript, renders: list[tuple[str, bool]]
 ) -> None:
@@ -103,7 +92,7 @@ def test_a_burst_of_deltas_renders_once_per_flush(
         transcript.append_delta(99, f"tok{i} ")
     assert renders == [], "rendered per token instead of on the flush tick"
     qtbot.waitUntil(lambda: len(renders) == 1, timeout=1000)
-    _settle(qtbot)
+    settle_transcript(qtbot)
 
     assert len(renders) == 1
     row = transcript.row(99)
@@ -117,7 +106,7 @@ def test_settled_blocks_render_once_and_only_the_tail_again(
 ) -> None:
     transcript.set_entries(_history(6))
     transcript.add_entry(TranscriptEntry(99, "assistant", "", status="streaming"))
-    _settle(qtbot)
+    settle_transcript(qtbot)
     renders.clear()
 
     paragraphs = [f"Paragraph {i} says " + "something useful " * 8 + "\n\n" for i in range(30)]
@@ -126,7 +115,7 @@ def test_settled_blocks_render_once_and_only_the_tail_again(
             transcript.append_delta(99, word + " ")
         transcript.flush()
     transcript.finish(99, "complete", ReplyStats(0.12, 85.3, 400, 35))
-    _settle(qtbot)
+    settle_transcript(qtbot)
 
     settled = Counter(source for source, is_settled in renders if is_settled)
     assert all(count == 1 for count in settled.values()), "a settled block was rendered twice"
@@ -190,17 +179,17 @@ def test_copy_buttons_copy_the_code_and_the_whole_message(qtbot: QtBot, transcri
     clipboard = QGuiApplication.clipboard()
 
     with qtbot.waitSignal(transcript.copied):
-        _click(transcript, transcript.code_copy_rect(2, 1).center())
+        click_in_transcript(transcript, transcript.code_copy_rect(2, 1).center())
     assert clipboard.text() == '{"two": 2}'
-    _click(transcript, transcript.code_copy_rect(2, 0).center())
+    click_in_transcript(transcript, transcript.code_copy_rect(2, 0).center())
     assert clipboard.text() == "echo one"
 
-    _click(transcript, transcript.action_rect(2, "copy").center())
+    click_in_transcript(transcript, transcript.action_rect(2, "copy").center())
     assert clipboard.text() == markdown, "Copy gives the Markdown source, not the rendered text"
     row = transcript.row(2)
     assert row is not None
     assert row.action_label("copy") == "Copied"
-    _click(transcript, transcript.action_rect(1, "copy").center())
+    click_in_transcript(transcript, transcript.action_rect(1, "copy").center())
     assert clipboard.text() == "Show code"
 
 
@@ -222,17 +211,17 @@ def test_message_actions_are_offered_by_role_and_wait_while_busy(
     assert transcript.action_enabled(1, "previous") and not transcript.action_enabled(1, "next")
 
     with qtbot.waitSignal(transcript.actionTriggered) as triggered:
-        _click(transcript, transcript.action_rect(2, "regenerate").center())
+        click_in_transcript(transcript, transcript.action_rect(2, "regenerate").center())
     assert triggered.args == ["regenerate", 2]
     with qtbot.waitSignal(transcript.actionTriggered) as triggered:
-        _click(transcript, transcript.action_rect(2, "next").center())
+        click_in_transcript(transcript, transcript.action_rect(2, "next").center())
     assert triggered.args == ["next", 2]
 
     transcript.set_editing_enabled(False)
     with qtbot.assertNotEmitted(transcript.actionTriggered, wait=50):
-        _click(transcript, transcript.action_rect(2, "regenerate").center())
+        click_in_transcript(transcript, transcript.action_rect(2, "regenerate").center())
     with qtbot.waitSignal(transcript.actionTriggered) as triggered:
-        _click(transcript, transcript.action_rect(2, "info").center())
+        click_in_transcript(transcript, transcript.action_rect(2, "info").center())
     assert triggered.args == ["info", 2]
 
 
@@ -276,7 +265,7 @@ def test_auto_scroll_follows_only_when_already_at_the_bottom(qtbot: QtBot, trans
     before = bar.maximum()
     for _ in range(3):
         transcript.append_delta(99, LONG + "\n\n")
-        _settle(qtbot)
+        settle_transcript(qtbot)
     qtbot.waitUntil(lambda: bar.maximum() > before and bar.value() == bar.maximum(), timeout=2000)
 
     # Scrolled up to read: the view stays put while the reply keeps growing.
@@ -286,9 +275,9 @@ def test_auto_scroll_follows_only_when_already_at_the_bottom(qtbot: QtBot, trans
     grown = bar.maximum()
     for _ in range(3):
         transcript.append_delta(99, LONG + "\n\n")
-        _settle(qtbot)
+        settle_transcript(qtbot)
     qtbot.waitUntil(lambda: bar.maximum() > grown, timeout=2000)
-    _settle(qtbot)
+    settle_transcript(qtbot)
     assert bar.value() == reading
     assert transcript.visible_message_ids()[0] == first_visible
 
@@ -306,7 +295,7 @@ def test_auto_scroll_follows_only_when_already_at_the_bottom(qtbot: QtBot, trans
         )
         QApplication.sendEvent(transcript.viewport(), wheel)
     transcript.append_delta(99, LONG)
-    _settle(qtbot)
+    settle_transcript(qtbot)
     qtbot.waitUntil(lambda: bar.value() == bar.maximum(), timeout=2000)
 
 
@@ -329,7 +318,7 @@ def test_reading_inside_a_growing_reply_is_not_disturbed(qtbot: QtBot, transcrip
         transcript.append_delta(99, LONG + "\n\n")
         transcript.flush()
     transcript.finish(99, "complete")
-    _settle(qtbot)
+    settle_transcript(qtbot)
     assert bar.value() == reading
 
 
@@ -356,9 +345,9 @@ def test_links_ask_first_and_show_an_escaped_tooltip(
         ]
     )
 
-    _click(transcript, transcript.text_point(1, "this"))
+    click_in_transcript(transcript, transcript.text_point(1, "this"))
     assert links.asked == [], "a file: link must not even be offered"
-    _click(transcript, transcript.text_point(1, "docs"))
+    click_in_transcript(transcript, transcript.text_point(1, "docs"))
     assert links.asked == ["https://example.com/a?b=%3Cc%3E"]
     assert links.opened == links.asked
 
@@ -528,7 +517,7 @@ def test_a_huge_table_shows_its_end_first_and_is_laid_out_a_slice_per_turn(
     for i in range(2_000):
         position = shown.find(f"cell-{i}-a", position)
         assert position >= 0, f"row {i} is missing or out of order"
-    _click(transcript, transcript.action_rect(2, "copy").center())
+    click_in_transcript(transcript, transcript.action_rect(2, "copy").center())
     assert QGuiApplication.clipboard().text() == reply
 
 
@@ -575,7 +564,7 @@ def test_a_huge_code_block_has_one_copy_button_for_all_of_it(qtbot: QtBot, trans
     assert row.code_blocks() == [code]
     assert code in row.rendered_text()
     with qtbot.waitSignal(transcript.copied):
-        _click(transcript, transcript.code_copy_rect(2, 0).center())
+        click_in_transcript(transcript, transcript.code_copy_rect(2, 0).center())
     assert QGuiApplication.clipboard().text() == code
     with pytest.raises(IndexError):
         transcript.code_copy_rect(2, 1)
