@@ -358,6 +358,9 @@ class ToolsDialog(QDialog):
             item.setExpanded(True)
             if selected is not None and selected.name == server.name:
                 item.setSelected(True)
+        # Tool names are what the user looks for: never elided.
+        self.serverTree.resizeColumnToContents(NAME)
+        self.serverTree.resizeColumnToContents(STATE)
         self._selection_changed()
 
     def _state(self, server: ToolServer) -> str:
