@@ -27,6 +27,7 @@ from app.chat.session import (
 from app.conversations.store import Message
 from app.documents.library import Attachment
 from app.errors import HearthError
+from app.model_scan.dropped import is_model_drop
 from app.remote.registry import split_model_name
 from app.tools.config import ToolServerRegistry
 from ui.attachments import AttachmentTray, FileDrops, PassageDialog, forget_opened_copies, openable_copy
@@ -93,6 +94,8 @@ class ChatArea(QWidget):
     """`aboutToSend` before a message goes out: a settings edit still waiting to be saved applies to it."""
 
     aboutToSend = Signal()
+    # list[pathlib.Path]: GGUF files or folders dropped on the chat, for the library to import.
+    modelsDropped = Signal(list)
 
     def __init__(
         self,
@@ -196,7 +199,7 @@ class ChatArea(QWidget):
         self.sendButton.clicked.connect(self.send)
         self.composer.submitted.connect(self.send)
         self.composer.textChanged.connect(self.schedule_measure)
-        self.composer.filesDropped.connect(self.attachments.attach_paths)
+        self.composer.filesDropped.connect(self._files_dropped)
         self.composer.imagePasted.connect(self.attachments.attach_image)
         # Whether images can be attached follows the model chosen, and what the library says of it.
         self.modelBar.modelPicker.currentIndexChanged.connect(
@@ -211,7 +214,7 @@ class ChatArea(QWidget):
         if not context.read_only:
             opened_dir = self._opened_dir
             context.run(lambda: forget_opened_copies(opened_dir), lambda _none: None)
-        self._drops = FileDrops(self.attachments.attach_paths, self)
+        self._drops = FileDrops(self._files_dropped, self)
         self.transcript.viewport().setAcceptDrops(True)
         self.transcript.viewport().installEventFilter(self._drops)
         self.stopButton.clicked.connect(self.stop)
@@ -392,6 +395,15 @@ class ChatArea(QWidget):
         question = self.tr("Delete this message and everything after it on this branch? Other versions stay.")
         if self._context.dialogs.confirm(self, self.tr("Delete message"), question, self.tr("Delete")):
             self._session.delete_message(message_id)
+
+    def _files_dropped(self, paths: Sequence[Path]) -> None:
+        """Files to attach, except GGUF models and folders: those go to the library."""
+        models = [path for path in paths if is_model_drop(path)]
+        attached = [path for path in paths if path not in models]
+        if attached:
+            self.attachments.attach_paths(attached)
+        if models:
+            self.modelsDropped.emit(models)
 
     def _open_attached_file(self, message_id: int, index: int) -> None:
         row = self.transcript.row(message_id)

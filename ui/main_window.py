@@ -10,6 +10,7 @@ the event loop never waits on the database or the model.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 import shiboken6
@@ -47,6 +48,7 @@ from ui.i18n import Translations
 from ui.library_panel import LibraryDialog
 from ui.local_server_panel import LocalServerDialog
 from ui.menus import MainMenus
+from ui.model_import import ModelImportDialog, ModelImporter
 from ui.safe_browser import ConfirmOpen, OpenUrl, confirm_open_url
 from ui.server_dialog import ServerDialog
 from ui.servers_panel import ServersDialog
@@ -88,6 +90,7 @@ class MainWindow(QMainWindow):
         self._local_server_dialog: LocalServerDialog | None = None
         self._documents_dialog: DocumentsDialog | None = None
         self._tools_dialog: ToolsDialog | None = None
+        self._model_import: ModelImportDialog | None = None
         # Once closed, no new background work: the services may already be shutting down.
         self._closed = False
         read_only = services.core.damaged is not None
@@ -236,6 +239,7 @@ class MainWindow(QMainWindow):
         menus.openServers.connect(self.open_manage_servers)
         menus.openTools.connect(self.open_tools)
         self.chatArea.toolsPicker.manageRequested.connect(self.open_tools)
+        self.chatArea.modelsDropped.connect(self.import_models)
         menus.themeChosen.connect(self.set_theme_choice)
         menus.languageChosen.connect(self.set_language)
 
@@ -413,6 +417,30 @@ class MainWindow(QMainWindow):
         self._library_dialog.raise_()
         self._library_dialog.activateWindow()
 
+    def import_models(self, paths: Sequence[Path]) -> ModelImportDialog | None:
+        """GGUF files or folders dropped on the window: copied into the library, as the import window
+        shows; one drop at a time."""
+        if self._context.read_only:
+            self.statusLine.show_error(
+                self.tr("The library cannot take models while the database is read-only.")
+            )
+            return None
+        if self._model_import is None:
+            importer = ModelImporter(self._services.library, self)
+            # Each drop ends with the picker and the library window listing what came in.
+            importer.finished.connect(lambda _imported: self._services.library_service.refresh())
+            self._model_import = ModelImportDialog(importer, self)
+        dialog = self._model_import
+        if dialog.busy:
+            self.statusLine.show_error(
+                self.tr("Models are still being imported; drop these again when it is done.")
+            )
+            return dialog
+        dialog.start(paths)
+        dialog.show()
+        dialog.raise_()
+        return dialog
+
     def open_documents(self) -> DocumentsDialog:
         if self._documents_dialog is None:
             self._documents_dialog = DocumentsDialog(
@@ -498,6 +526,9 @@ class MainWindow(QMainWindow):
         # A delete still waiting for its undo becomes final before the services stop.
         self.undoBar.expire_now()
         self._closed = True
+        if self._model_import is not None:
+            # A copy in progress stops at its next chunk, before the library's database closes.
+            self._model_import.stop()
         if self._owns_translations:
             self._translations.remove()
         super().closeEvent(event)
