@@ -77,6 +77,9 @@ class Settings:
     local_server_port: int = 8765
     # The library panel offered, once, the models other apps keep on this machine (app.model_scan).
     models_scan_offered: bool = False
+    # Ask the Hub, at most once a day when the library opens, whether installed models changed upstream
+    # (app.library.updates); off until the user turns it on, since it contacts the Hub unasked.
+    check_updates_daily: bool = False
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -107,6 +110,7 @@ _VALIDATORS: dict[str, _Rule] = {
     "local_server_enabled": (lambda v: isinstance(v, bool), "true or false"),
     "pdf_pages_as_images": (lambda v: isinstance(v, bool), "true or false"),
     "models_scan_offered": (lambda v: isinstance(v, bool), "true or false"),
+    "check_updates_daily": (lambda v: isinstance(v, bool), "true or false"),
     "image_max_side": (lambda v: _is_int(v) and 224 <= v <= 8192, "a number of pixels from 224 to 8192"),
     "local_server_port": (lambda v: _is_int(v) and 1 <= v <= 65535, "a port number from 1 to 65535"),
     "tool_rounds": (lambda v: _is_int(v) and 1 <= v <= 64, "a number of rounds from 1 to 64"),

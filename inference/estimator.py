@@ -536,13 +536,14 @@ def estimate_fit(
     swa_full: bool = True,
     gpu_offload: bool = True,
     n_gpu_layers: int | None = None,
+    flash_attn: bool | None = None,
 ) -> FitEstimate:
     """Where this file fits at `context` tokens: fully on the GPU with the most free memory, k of its layers
     there, in system memory only, or nowhere. `gpu_offload=False` plans for a llama.cpp build without GPU
     support. `n_gpu_layers` (llama.cpp's meaning) checks one fixed placement instead of choosing: the verdict
-    is then that placement's, or TOO_LARGE. Flash attention is assumed on the GPU and whenever the KV cache
-    is quantized (llama.cpp needs it for a quantized V cache), off otherwise, as inference.planner loads
-    models."""
+    is then that placement's, or TOO_LARGE. Flash attention (`flash_attn` None) is assumed on the GPU and
+    whenever the KV cache is quantized (llama.cpp needs it for a quantized V cache), off otherwise, as
+    inference.planner loads models; a model's load settings may fix it either way."""
     if context < 1:
         raise ValueError("context must be at least 1 token")
     if kv_type not in KV_CACHE_TYPES:
@@ -554,7 +555,7 @@ def estimate_fit(
         ctx = p.n_ctx_train
         notes.append(f"context capped at the model's training length ({p.n_ctx_train})")
     gpu = _best_gpu(hardware) if gpu_offload else None
-    fit = _Fitter(p, hardware, gpu, kv_type, n_ubatch, swa_full)
+    fit = _Fitter(p, hardware, gpu, kv_type, n_ubatch, swa_full, flash_attn)
     if p.n_layers <= 0 or p.n_embd <= 0:
         notes.append("the header lacks layer or embedding sizes; estimate from tensor bytes only")
 
@@ -633,24 +634,30 @@ def fit_with_policy(
     swa_full: bool = True,
     gpu_offload: bool = True,
     n_gpu_layers: int | None = None,
+    kv_type: str | None = None,
+    flash_attn: bool | None = None,
 ) -> FitEstimate:
     """The best way to run one file, by performance.md's policy: the best placement this machine allows
     (fully on the GPU, else partly, else on the CPU), keeping the requested context and an f16 KV cache if
     possible, else quantizing the KV cache to q8_0 (~0.005 perplexity), else reducing the context — never
     below `min_context` (default: the smaller of the request and MIN_RECOMMENDED_CONTEXT). With
-    `n_gpu_layers` the placement is fixed and only the KV cache type and the context give way."""
+    `n_gpu_layers` the placement is fixed and only the KV cache type and the context give way. A `kv_type`
+    (or flash attention turned off, which rules out a quantized cache) fixes the cache type: then only the
+    context gives way. `flash_attn` None chooses it as estimate_fit does."""
     floor = min(context, MIN_RECOMMENDED_CONTEXT) if min_context is None else min(context, min_context)
     p = header if isinstance(header, ModelProfile) else profile_model(header)
+    fixed_kv = "f16" if kv_type is None and flash_attn is False else kv_type
 
-    def estimate(ctx: int, kv_type: str) -> FitEstimate:
+    def estimate(ctx: int, kv: str) -> FitEstimate:
         return estimate_fit(
             p,
             hardware,
             context=ctx,
-            kv_type=kv_type,
+            kv_type=fixed_kv or kv,
             swa_full=swa_full,
             gpu_offload=gpu_offload,
             n_gpu_layers=n_gpu_layers,
+            flash_attn=flash_attn,
         )
 
     first = estimate(context, "f16")
@@ -660,6 +667,9 @@ def fit_with_policy(
     if has_gpu and n_gpu_layers is not None and n_gpu_layers > 0:
         goals = (Fit.GPU,) if n_gpu_layers > p.n_layers else (Fit.PARTIAL,)
         ladder = {goal: _LADDER[Fit.GPU] for goal in goals}
+    if fixed_kv is not None:
+        # The "q8_0" rung would only repeat the first estimate under a note that is not true.
+        ladder = {goal: tuple(step for step in ladder[goal] if step != "q8_0") for goal in goals}
     for goal in goals:
         for step in ladder[goal]:
             found = _ladder_step(estimate, first, goal, floor, step)
@@ -760,6 +770,7 @@ class _Fitter:
         kv_type: str,
         n_ubatch: int,
         swa_full: bool,
+        flash_attn: bool | None = None,
     ) -> None:
         self.p = p
         self.hardware = hardware
@@ -767,8 +778,11 @@ class _Fitter:
         self.kv_type = kv_type
         self.n_ubatch = n_ubatch
         self.swa_full = swa_full
+        self.forced_flash_attn = flash_attn
 
     def flash_attn(self, n_gpu_layers: int) -> bool:
+        if self.forced_flash_attn is not None:
+            return self.forced_flash_attn
         return n_gpu_layers > 0 or self.kv_type != "f16"
 
     def placement(self, ctx: int, n_gpu_layers: int, *, experts_on_cpu: bool = False) -> MemoryBreakdown:
@@ -872,7 +886,7 @@ def _ladder_step(
     reduced = estimate(ctx, "q8_0")
     if _VERDICT_RANK[reduced.verdict] < rank:
         return None
-    why = f"context reduced to {ctx} tokens (KV cache q8_0) to fit"
+    why = f"context reduced to {ctx} tokens (KV cache {reduced.kv_type}) to fit"
     return replace(reduced, notes=(*reduced.notes, why))
 
 

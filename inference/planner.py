@@ -44,13 +44,36 @@ def plan_load(
     gpu_offload_supported: bool,
     mmproj_path: str | None = None,
     projector_bytes: int = 0,
+    kv_type: str | None = None,
+    flash_attn: bool | None = None,
+    main_gpu: int | None = None,
+    tensor_split: tuple[float, ...] | None = None,
+    use_mlock: bool = False,
 ) -> LoadPlan:
     """`gpu_layers` is "auto" (the estimator decides), 0 (CPU only) or a number of layers to offload.
     `mmproj_path`: a vision model's projector of `projector_bytes`, counted in the fit (llama.cpp's own
-    buffer report, which `predicted_bytes` is compared with, leaves it out, so the prediction does too)."""
+    buffer report, which `predicted_bytes` is compared with, leaves it out, so the prediction does too).
+    `kv_type` and `flash_attn` fix what the estimator would otherwise choose (None: it chooses); `main_gpu`
+    puts the whole model on that GPU, `tensor_split` spreads it over every GPU; both are dropped, with a
+    note, when the GPUs they name are not there."""
     text_only = profile_model(header)
     profile = with_projector(text_only, projector_bytes)
     threads = n_threads or hardware.cpu_count_physical or 1
+    placement_notes: list[str] = []
+    chosen = next((g for g in hardware.gpus if g.index == main_gpu), None)
+    if main_gpu is not None and chosen is None:
+        placement_notes.append(f"main GPU {main_gpu} not found, so llama.cpp places the model")
+        main_gpu = None
+    if tensor_split is not None and len(tensor_split) != len(hardware.gpus):
+        placement_notes.append(
+            f"GPU split of {len(tensor_split)} not used: {len(hardware.gpus)} GPU(s) found"
+        )
+        tensor_split = None
+    elif tensor_split is not None:
+        placement_notes.append("the estimate counts the GPU with the most free memory alone, not the split")
+    if chosen is not None:
+        # The estimator fits the GPU with the most free memory; with main_gpu, that is the only one used.
+        hardware = replace(hardware, gpus=(chosen,))
     gpu = max(hardware.gpus, key=lambda g: g.free_mib, default=None)
     use_gpu = gpu_offload_supported and gpu is not None and gpu_layers != 0
 
@@ -60,7 +83,14 @@ def plan_load(
     if forced is not None:
         forced = profile.n_layers + 1 if forced >= profile.n_layers else forced
     estimate = fit_with_policy(
-        profile, hardware, context=context_length, swa_full=SWA_FULL, gpu_offload=use_gpu, n_gpu_layers=forced
+        profile,
+        hardware,
+        context=context_length,
+        swa_full=SWA_FULL,
+        gpu_offload=use_gpu,
+        n_gpu_layers=forced,
+        kv_type=kv_type,
+        flash_attn=flash_attn,
     )
     if estimate.verdict is Fit.TOO_LARGE:
         # Below MIN_RECOMMENDED_CONTEXT a chat is cramped, but it beats not loading at all.
@@ -72,10 +102,12 @@ def plan_load(
             swa_full=SWA_FULL,
             gpu_offload=use_gpu,
             n_gpu_layers=forced,
+            kv_type=kv_type,
+            flash_attn=flash_attn,
         )
     estimate = estimate.best_placement
     experts_on_cpu = estimate.verdict is Fit.EXPERTS_CPU
-    notes = list(estimate.notes)
+    notes = [*estimate.notes, *placement_notes]
     n_ctx = estimate.context
     n_gpu_layers = estimate.llama_n_gpu_layers if forced is None else forced
     if estimate.verdict is Fit.TOO_LARGE:
@@ -113,6 +145,9 @@ def plan_load(
         cpu_amx=hardware.cpu_amx,
         predicted_bytes=predicted.as_dict(),
         mmproj_path=mmproj_path,
+        main_gpu=main_gpu,
+        tensor_split=tensor_split,
+        use_mlock=use_mlock,
     )
 
 

@@ -196,6 +196,12 @@ class LoadPlan:
     predicted_bytes: dict[str, int] = field(default_factory=dict)
     # A vision model's multimodal projector (inference.vision), loaded beside the model.
     mmproj_path: str | None = None
+    # A model's load settings (app.library.load_settings): the whole model on this GPU (llama.cpp's
+    # LLAMA_SPLIT_MODE_NONE), or its layers spread over every GPU in these proportions; None: llama.cpp's
+    # default, layers over every GPU by free memory.
+    main_gpu: int | None = None
+    tensor_split: tuple[float, ...] | None = None
+    use_mlock: bool = False  # keep the weights in RAM (mlock), never paged out
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,12 @@ class Runner:
                     type_k=kv_type,
                     type_v=kv_type,
                     swa_full=plan.swa_full,
+                    split_mode=llama_cpp.LLAMA_SPLIT_MODE_LAYER
+                    if plan.main_gpu is None
+                    else llama_cpp.LLAMA_SPLIT_MODE_NONE,
+                    main_gpu=plan.main_gpu or 0,
+                    tensor_split=list(plan.tensor_split) if plan.tensor_split else None,
+                    use_mlock=plan.use_mlock,
                     logits_all=False,
                     # verbose=False would point fd 2 at /dev/null for the whole load, losing the message of a
                     # native abort; fd 2 is the runner log, where that message belongs.

@@ -210,6 +210,7 @@ class ChatArea(QWidget):
         # What the files cost is on the meter before Send.
         self.attachments.changed.connect(self.schedule_measure)
         self._session.collections_changed.connect(lambda _chosen: self.schedule_measure())
+        self._session.tools_changed.connect(lambda _chosen: self.schedule_measure())
         self._opened_dir = services.paths.home / "opened"
         if not context.read_only:
             opened_dir = self._opened_dir
@@ -542,4 +543,5 @@ class ChatArea(QWidget):
             model,
             documents=TurnDocuments(attachments, collections) if attachments or collections else None,
             replacing=session.editing,
+            tools=session.tools,
         )

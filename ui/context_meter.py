@@ -44,6 +44,8 @@ class Usage(Protocol):
     @property
     def collections(self) -> tuple[str, ...]: ...
     @property
+    def tool_tokens(self) -> int: ...
+    @property
     def estimated(self) -> bool: ...
     @property
     def context_source(self) -> ContextSource | None: ...
@@ -216,6 +218,12 @@ class ContextMeter(QWidget):
                 self.tr("Documents take {tokens} of these tokens.").format(
                     tokens=f"{usage.document_tokens:,}"
                 )
+            )
+        if usage.tool_tokens > 0:
+            lines.append(
+                self.tr(
+                    "The definitions of the tools this chat may call take {tokens} of these tokens."
+                ).format(tokens=f"{usage.tool_tokens:,}")
             )
         if usage.searched:
             lines.append(

@@ -45,6 +45,7 @@ from app.errors import (
 )
 from app.images.prepare import ImageSizing
 from app.library.installed import InstalledModel, ModelLibrary
+from app.library.load_settings import plan_model_load
 from app.remote.openai_client import StreamCancel, request_sampling
 from app.remote.registry import ContextSource, Server, ServerRegistry
 from app.settings import GLOBAL_SAMPLING, Settings, SettingsStore
@@ -54,7 +55,7 @@ from inference.client import RunnerClient, RunnerError
 from inference.ggml_backends import CpuKernelMemory
 from inference.gguf import GGUFError, GGUFHeader, read_header
 from inference.hardware import HardwareReport, llama_backend, probe_hardware
-from inference.planner import plan_load, smaller_plan
+from inference.planner import smaller_plan
 from inference.projector import ProjectorResize, projector_info
 from inference.protocol import (
     SAMPLING_SETTINGS,
@@ -146,6 +147,8 @@ class ContextUsage:
     passage_tokens: int = 0
     # The collections the chat answers from: searched at Send too, their passages within passage_tokens.
     collections: tuple[str, ...] = ()
+    # Of used_tokens, what the definitions of the tools offered take (those of servers running now).
+    tool_tokens: int = 0
     # A server's model: counted with app.documents.chunking.estimate_tokens (its tokenizer is not here);
     # `context_source` says where its context length comes from. None for a local model.
     context_source: ContextSource | None = None
@@ -323,11 +326,15 @@ class ChatEngine:
         return SamplingParams(**{name: getattr(self.settings, name) for name in GLOBAL_SAMPLING})
 
     def generation_settings(self, conversation: Conversation | None, model_name: str) -> GenerationSettings:
-        """The conversation's own settings, else the model's defaults, else the global settings."""
+        """The conversation's own settings, else the model's defaults, else the global settings. The context
+        length set in the model's load settings comes after the conversation's and before the rest."""
         layered: dict[str, Any] = {**dataclasses.asdict(self.default_sampling())}
         layered["context_length"] = self.settings.context_length
         model_defaults = self.settings.model_defaults.get(model_name, {})
         layered.update({k: v for k, v in model_defaults.items() if k != "system_prompt"})
+        model_context = self._model_context_length(model_name)
+        if model_context is not None:
+            layered["context_length"] = model_context
         if conversation is not None and conversation.settings:
             layered.update(conversation.settings)
         system = conversation.system_prompt if conversation is not None else None
@@ -336,6 +343,12 @@ class ChatEngine:
             context_length=int(layered["context_length"]),
             system_prompt=system if system is not None else model_defaults.get("system_prompt"),
         )
+
+    def _model_context_length(self, model_name: str) -> int | None:
+        try:
+            return self.library.get(model_name).load_settings.context_length
+        except ModelNotFound:
+            return None  # a model on a server, or one removed since: the load says so, not the settings
 
     def sampling_for(self, conversation_id: int | None, model_name: str) -> SamplingParams:
         conversation = self.store.get_conversation(conversation_id) if conversation_id is not None else None
@@ -363,10 +376,10 @@ class ChatEngine:
     def ensure_loaded(
         self, model_name: str, callbacks: TurnCallbacks | None = None, *, context_length: int | None = None
     ) -> Loaded:
-        """Blocking. Loads the model (for `context_length`, default: the setting) unless a live runner
-        already has it loaded for that context length."""
+        """Blocking. Loads the model (for `context_length`, default: the model's setting, else the global
+        one) unless a live runner already has it loaded for that context length and load settings."""
         model = self.library.get(model_name)
-        context_length = context_length or self.settings.context_length
+        context_length = context_length or model.load_settings.context_length or self.settings.context_length
         loaded = self._client.loaded
         was_remote, self._remote_server = self._remote_server is not None, None
         if (
@@ -375,6 +388,7 @@ class ChatEngine:
             and self._model.sha256 == model.sha256
             and self._model.projector == model.projector
             and self._context_length == context_length
+            and self._model.load_settings == model.load_settings
         ):
             if was_remote and callbacks is not None:
                 callbacks.model_status(self.status())
@@ -386,13 +400,14 @@ class ChatEngine:
         except GGUFError as exc:
             raise HearthError(f"Model '{model.name}' is not a valid GGUF file: {exc}") from exc
         backend, _ = llama_backend()
-        plan = plan_load(
+        plan = plan_model_load(
             str(model.path),
             header,
             self.hardware,
+            model.load_settings,
             context_length=context_length,
-            gpu_layers=self.settings.gpu_layers,
-            n_threads=self.settings.n_threads,
+            global_gpu_layers=self.settings.gpu_layers,
+            global_threads=self.settings.n_threads,
             gpu_offload_supported=backend == "CUDA",
             mmproj_path=str(model.projector.path) if model.projector is not None else None,
             projector_bytes=model.projector.size_bytes if model.projector is not None else 0,
@@ -611,11 +626,12 @@ class ChatEngine:
         *,
         documents: TurnDocuments | None = None,
         replacing: int | None = None,
+        tools: Sequence[ToolSpec] = (),
     ) -> ContextUsage:
         """How much of the context the conversation plus the draft and its `documents` would use, as the next
         Send would see it: the same plan as the turn's, except that files too long to go whole are not
         searched (the most their passages can take is counted instead). `replacing`: the user message being
-        edited, whose new version follows what it followed.
+        edited, whose new version follows what it followed. `tools`: the definitions the turn would offer.
 
         Loads a local model if needed: the count comes from its own template and tokenizer. A server's
         model is estimated, against the context ServerRegistry.context_for gives.
@@ -631,16 +647,24 @@ class ChatEngine:
             draft = draft_text if draft_text.strip() or not documents.empty else None
             target = self.remote_target(model_name)
             if target is not None:
-                return self._measure_remote(target, resolved, path, draft, documents)
+                return self._measure_remote(target, resolved, path, draft, documents, tools)
             self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length)
             system = resolved.system_prompt
             messages = self._prompt_messages(system, path, draft, images=self._local_images())
             max_tokens = resolved.sampling.max_tokens
-            prepared, fitted = self._plan_local(
-                messages, draft, documents, max_tokens, bool(system), search=False
-            )
-            plain = self._prompt_messages(system, path, draft, with_documents=False)
-            document_tokens = fitted.used_tokens - self._count(plain).n_tokens if plain != messages else 0
+            # Counted as the turn counts them: with the tools its template is given (a model that takes no
+            # tools refuses them at Send, and here counts none).
+            self._offered_tools = tuple(tools) if self._tool_format is not None else ()
+            try:
+                prepared, fitted = self._plan_local(
+                    messages, draft, documents, max_tokens, bool(system), search=False
+                )
+                plain = self._prompt_messages(system, path, draft, with_documents=False)
+                document_tokens = fitted.used_tokens - self._count(plain).n_tokens if plain != messages else 0
+                offered, self._offered_tools = self._offered_tools, ()
+                tool_tokens = fitted.used_tokens - self._count(messages).n_tokens if offered else 0
+            finally:
+                self._offered_tools = ()
             policy = self.settings.overflow_policy
             context = prepared.context if prepared is not None else None
             return ContextUsage(
@@ -654,6 +678,7 @@ class ChatEngine:
                 searched=context.searched_attachments if context else (),
                 passage_tokens=context.unsearched_tokens if context else 0,
                 collections=documents.collections,
+                tool_tokens=tool_tokens,
             )
 
     def _path_for_draft(self, conversation: Conversation | None, replacing: int | None) -> list[Message]:
@@ -673,6 +698,7 @@ class ChatEngine:
         path: list[Message],
         draft: str | None,
         documents: TurnDocuments,
+        tools: Sequence[ToolSpec],
     ) -> ContextUsage:
         assert self.servers is not None
         server, remote_model = target
@@ -683,7 +709,8 @@ class ChatEngine:
             listed, draft, documents, context.tokens, max_tokens, search=False
         )
         unsearched = prepared.context.unsearched_tokens if prepared is not None else 0
-        used = _estimate(listed) + unsearched
+        tool_tokens = sum(estimate_tokens(f"{t.name} {t.description} {t.parameters_json}") for t in tools)
+        used = _estimate(listed) + unsearched + tool_tokens
         plain = self._prompt_messages(resolved.system_prompt, path, draft, with_documents=False)
         return ContextUsage(
             used_tokens=used,
@@ -693,10 +720,11 @@ class ChatEngine:
             policy=self.settings.overflow_policy,
             reserve_tokens=max_tokens,
             fits=used + max_tokens <= context.tokens,
-            document_tokens=used - _estimate(plain),
+            document_tokens=used - tool_tokens - _estimate(plain),
             searched=prepared.context.searched_attachments if prepared is not None else (),
             passage_tokens=unsearched,
             collections=documents.collections,
+            tool_tokens=tool_tokens,
             context_source=context.source,
         )
 

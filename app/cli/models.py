@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from app.cli import models_settings
 from app.cli.arguments import Subcommands, _non_negative_int, _positive_int
 from app.cli.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USER_ERROR, report
 from app.cli.output import print_json
@@ -86,7 +87,38 @@ def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
         help="remove an installed model; its files are deleted only if they are in Hearth's models folder",
     )
     models_remove.add_argument("name", metavar="NAME")
+    models_updates = models_sub.add_parser(
+        "updates",
+        parents=[common],
+        help="whether the Hub's main branch now has different bytes for models from the Hub",
+        description=UPDATES_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    models_updates.add_argument("--json", action="store_true")
+    models_update = models_sub.add_parser(
+        "update",
+        parents=[common],
+        help="download and verify a model's new bytes from the Hub, then switch to them (again: resume)",
+    )
+    which_update = models_update.add_mutually_exclusive_group(required=True)
+    which_update.add_argument("name", nargs="?", metavar="NAME")
+    which_update.add_argument("--all", action="store_true", help="every model the Hub has an update for")
     _add_scan_parsers(models_sub, common)
+    models_settings.add_parsers(models_sub, common)
+
+
+UPDATES_DESCRIPTION = """\
+Compare every model downloaded from the Hub (or added from the Hugging Face cache) with its file on the
+repo's main branch now. Nothing is downloaded; `hearth models update NAME` does that.
+
+--json prints:
+  {"updates": [{"name": NAME, "repo": ID, "file": F, "installed_sha256": HEX, "upstream_sha256": HEX,
+                "upstream_commit": SHA, "in_place": BOOL}],
+   "checked": N, "errors": [{"name": NAME, "reason": TEXT}]}
+(for a split model, "file" and the hashes are those of the first part that changed; "in_place": the model
+is used from another app's folder, and its update downloads into Hearth's models folder.)
+Exit status 3 when a model could not be checked (it is listed in "errors").
+"""
 
 
 SCAN_DESCRIPTION = """\
@@ -144,6 +176,10 @@ def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     action = args.models_command
     if action == "list":
         return _cmd_list(core, args, out)
+    if action == "set":
+        return models_settings.run_set(core, args, out)
+    if action == "show":
+        return models_settings.run_show(core, args, out)
     if action == "import":
         return _cmd_import(core, args, out)
     if action == "search":
@@ -154,6 +190,10 @@ def run(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return _cmd_download(core, args, out, err)
     if action == "verify":
         return _cmd_verify(core, args, out)
+    if action == "updates":
+        return _cmd_updates(core, args, out, err)
+    if action == "update":
+        return _cmd_update(core, args, out, err)
     if action == "scan":
         return _cmd_scan(core, args, out, err)
     if action == "folders":
@@ -500,6 +540,76 @@ def _cmd_verify(core: Core, args: argparse.Namespace, out: TextIO) -> int:
             f"install. Remove it and download or import it again."
         )
     return EXIT_OK
+
+
+def _cmd_updates(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from app.library.updates import check_updates, report_json, save_report
+
+    checked = check_updates(core.library, _hub(core, args))
+    save_report(core.paths.home, checked)
+    if args.json:
+        data = report_json(checked)
+        del data["checked_at"]
+        print_json(data, out)
+    else:
+        if not checked.checked:
+            out.write("No models from the Hub are installed; there is nothing to check.\n")
+        for u in checked.updates:
+            where = "\t(used from another app: the update downloads into Hearth's models folder)"
+            out.write(
+                f"{u.name}\t{u.repo}@{u.upstream_commit[:12]}\t{u.file}\t{u.installed_sha256[:12]} -> "
+                f"{u.upstream_sha256[:12]}{where if u.in_place else ''}\n"
+            )
+        if checked.checked and not checked.updates:
+            out.write(f"All {checked.checked} models from the Hub are up to date.\n")
+        elif checked.updates:
+            out.write("Update with `hearth models update NAME`, or all with `hearth models update --all`.\n")
+    for problem in checked.errors:
+        report(err, f"{problem.name} could not be checked: {problem.reason}")
+    return EXIT_USER_ERROR if checked.errors else EXIT_OK
+
+
+def _cmd_update(core: Core, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from app.library.updates import check_updates, forget_update, save_report, update_model
+
+    hub = _hub(core, args)
+    unchecked = False
+    if args.all:
+        checked = check_updates(core.library, hub)
+        unchecked = bool(checked.errors)
+        save_report(core.paths.home, checked)
+        names = [u.name for u in checked.updates]
+        for problem in checked.errors:
+            report(err, f"{problem.name} could not be checked: {problem.reason}")
+        if not names and not unchecked:
+            out.write("Every model from the Hub is up to date.\n")
+    else:
+        names = [core.library.get(args.name).name]
+    for name in names:
+        before = core.library.get(name)
+        if not before.path.resolve().is_relative_to(core.library.models_dir.resolve()):
+            err.write(
+                f"{name} is used from {before.path}, which Hearth never changes: the update downloads into "
+                f"Hearth's models folder.\n"
+            )
+        err.write(f"Updating {name} from {before.repo_id}\n")
+        bar = _ProgressBar(err)
+        try:
+            result = update_model(core.library, hub, name, progress=bar)
+        except KeyboardInterrupt:
+            report(err, f"interrupted; {name} is unchanged, its partial download kept: run again to resume")
+            return EXIT_INTERRUPTED
+        finally:
+            bar.end()
+        if result is None:
+            out.write(f"{name} is up to date.\n")
+            continue
+        forget_update(core.paths.home, name)
+        model = result.model
+        freed = f"; deleted the old file ({len(result.deleted)} file(s))" if result.deleted else ""
+        commit = (model.revision or "?")[:12]
+        out.write(f"Updated {name} to {model.repo_id}@{commit} (sha256 {model.sha256}){freed}\n")
+    return EXIT_USER_ERROR if unchecked else EXIT_OK
 
 
 def _cmd_remove(core: Core, args: argparse.Namespace, out: TextIO) -> int:

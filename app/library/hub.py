@@ -178,6 +178,10 @@ class UpdateCheck:
     commit: str | None  # the branch's commit now
     changed: bool | None  # None: the file is no longer on the branch, or the Hub gives no hash
     detail: str
+    # What an update would download: the branch's listing and the model's file(s) in it (None when the file
+    # is no longer on the branch).
+    listing: RepoListing | None = None
+    remote: RemoteModel | None = None
 
 
 def resolve_endpoint(configured: str | None = None) -> str:
@@ -672,15 +676,16 @@ class HubClient:
         installed = [p.sha256 for p in model.parts] if model.parts else [model.sha256]
         remote = [p.sha256 for p in current.parts]
         if any(sha is None for sha in remote):
-            return UpdateCheck(branch, listing.commit, None, "The Hub gives no SHA-256 for the file.")
+            detail = "The Hub gives no SHA-256 for the file."
+            return UpdateCheck(branch, listing.commit, None, detail, listing, current)
         if remote == installed:
             detail = f"Same bytes as {branch} ({listing.commit[:12]})."
-            return UpdateCheck(branch, listing.commit, False, detail)
+            return UpdateCheck(branch, listing.commit, False, detail, listing, current)
         detail = (
             f"{branch} ({listing.commit[:12]}) has different bytes for {model.filename} than the installed "
-            f"commit {(model.revision or '?')[:12]}; download it again to update."
+            f"commit {(model.revision or '?')[:12]}; `hearth models update {model.name}` downloads them."
         )
-        return UpdateCheck(branch, listing.commit, True, detail)
+        return UpdateCheck(branch, listing.commit, True, detail, listing, current)
 
     def _headers_for(self, url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Request headers for `url`: the token only when `url` is on the endpoint's own origin (which is

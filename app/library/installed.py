@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -22,9 +22,11 @@ from sqlalchemy.orm import Session
 
 from app.errors import HearthError, InvalidModelFile, ModelNotFound
 from app.fsutil import fsync_directory
+from app.library.load_settings import ModelLoadSettings, check_load_settings, from_json
 from app.storage.db import Database
 from app.storage.orm import ModelRow
 from inference.gguf import GGUFError, GGUFHeader, read_header
+from inference.hardware import HardwareReport
 from inference.projector import (
     is_projector,
     is_projector_filename,
@@ -93,6 +95,8 @@ class InstalledModel:
     # A vision model's multimodal projector (revision 0007): checked against the model, hashed, verified
     # with it. Several quantizations of one repo share one projector file.
     projector: ModelPart | None = None
+    # How it is loaded (revision 0011): every setting automatic unless the user set it.
+    load_settings: ModelLoadSettings = field(default_factory=ModelLoadSettings)
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -195,6 +199,7 @@ def _model(row: ModelRow) -> InstalledModel:
         filename=row.filename,
         parts=_parts(row),
         projector=_projector(row),
+        load_settings=from_json(row.load_settings_json),
     )
 
 
@@ -875,6 +880,52 @@ class ModelLibrary:
             projector=projector,
         )
 
+    def switch_files(self, name: str, new: InstalledModel) -> tuple[InstalledModel, list[Path]]:
+        """Point the model `name` at `new`'s files, commit, hashes and header facts in one transaction, then
+        delete the files it used before that lie inside the models folder (one used in place from another
+        app is only no longer used). Its name and id stay, so conversations keep referring to it.
+
+        Returns the switched model and the files deleted; one that cannot be deleted is logged and kept,
+        since the model already works from its new files.
+        """
+        with self._db.session() as session:
+            row = self._row(session, name)
+            old = _model(row)
+            row.path = str(new.path)
+            row.sha256 = new.sha256
+            row.size_bytes = new.size_bytes
+            row.source = new.source
+            row.architecture = new.architecture
+            row.quantization = new.quantization
+            row.context_length = new.context_length
+            row.n_layers = new.n_layers
+            row.repo_id = new.repo_id
+            row.revision = new.revision
+            row.filename = new.filename
+            row.parts_json = _parts_json(new.parts)
+            row.projector_json = _projector_json(new.projector)
+            row.last_load_error = None
+            session.flush()
+            model = _model(row)
+            stale = list(old.files)
+            if old.projector is not None and not self._projector_in_use(session, old.projector.path):
+                stale.append(old.projector.path)
+        log.info("model %s now uses %s (%s)", name, model.path, model.source)
+        keep = {p.resolve() for p in (*model.files, *((model.projector.path,) if model.projector else ()))}
+        models_dir = self.models_dir.resolve()
+        deleted: list[Path] = []
+        for path in stale:
+            resolved = path.resolve()
+            if resolved in keep or not resolved.is_relative_to(models_dir):
+                continue
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("could not delete %s, no longer used by %s: %s", path, name, exc)
+                continue
+            deleted.append(path)
+        return model, deleted
+
     def remove(self, name: str, delete_file: bool) -> bool:
         """Forget a model. Its file is deleted only if asked and only if it lies inside the models folder.
 
@@ -912,6 +963,20 @@ class ModelLibrary:
             row = self._row(session, name)
             row.last_loaded_at = datetime.now(UTC)
             row.last_load_error = None
+
+    def set_load_settings(
+        self, name: str, settings: ModelLoadSettings, hardware: HardwareReport
+    ) -> InstalledModel:
+        """Store how the model is loaded from its next load on; raises HearthError, saving nothing, when
+        the settings cannot be used for it on this machine."""
+        with self._db.session() as session:
+            row = self._row(session, name)
+            check_load_settings(settings, n_layers=row.n_layers, hardware=hardware)
+            row.load_settings_json = settings.to_json()
+            session.flush()
+            model = _model(row)
+        log.info("load settings of %s: %s", name, settings.describe())
+        return model
 
     def projector_in_use(self, path: Path) -> bool:
         """Whether an installed model is loaded with this projector file (quantizations of one repo share

@@ -11,10 +11,13 @@ from __future__ import annotations
 import logging
 import shutil
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.errors import HearthError
 from app.library.installed import STARTER_SOURCE, InstalledModel, ModelLibrary
+from app.library.load_settings import ModelLoadSettings, plan_model_load
+from app.settings import Settings
 from inference.estimator import (
     Fit,
     FitEstimate,
@@ -24,9 +27,10 @@ from inference.estimator import (
     recommend,
     with_projector,
 )
-from inference.gguf import GGUFHeader
+from inference.gguf import GGUFError, GGUFHeader, read_header
 from inference.hardware import HardwareReport, llama_backend, probe_hardware
 from inference.projector import ProjectorInfo, projector_info, projector_problem
+from inference.protocol import LoadPlan
 
 if TYPE_CHECKING:
     # Types only: importing app.library.hub pulls in huggingface_hub, which `hearth models remove` does not
@@ -180,6 +184,32 @@ def _pair_projector(
     return replace(model, projector=None), None
 
 
+def installed_load_plan(
+    model: InstalledModel, load_settings: ModelLoadSettings, settings: Settings, hardware: HardwareReport
+) -> LoadPlan:
+    """The plan a load of `model` with `load_settings` would use now, outside any conversation: its memory
+    prediction and fit are what `hearth models show` and the load settings dialog report, and what
+    app.chat.engine loads with. Blocking (reads the header); raises HearthError for a missing or
+    unreadable file."""
+    try:
+        header = read_header(model.path)
+    except (OSError, GGUFError) as exc:
+        raise HearthError(f"The file of model '{model.name}' cannot be read: {exc}") from exc
+    context = settings.model_defaults.get(model.name, {}).get("context_length", settings.context_length)
+    return plan_model_load(
+        str(model.path),
+        header,
+        hardware,
+        load_settings,
+        context_length=load_settings.context_length or int(context),
+        global_gpu_layers=settings.gpu_layers,
+        global_threads=settings.n_threads,
+        gpu_offload_supported=llama_backend()[0] == "CUDA",
+        mmproj_path=str(model.projector.path) if model.projector is not None else None,
+        projector_bytes=model.projector.size_bytes if model.projector is not None else 0,
+    )
+
+
 def remove_installed(library: ModelLibrary, name: str) -> tuple[InstalledModel, bool]:
     """Forget a model and delete its files; returns it and whether files were deleted (only those inside
     the models folder are). The starter model is refused: it is registered again at every start."""
@@ -190,15 +220,19 @@ def remove_installed(library: ModelLibrary, name: str) -> tuple[InstalledModel, 
         )
     deleted = library.remove(name, delete_file=True)
     if deleted and model.repo_id is not None:
-        # Empty folders of the repo are ours: they were made for this download.
-        folder = model.path.parent
-        while folder != library.models_dir and folder.is_relative_to(library.models_dir):
-            try:
-                folder.rmdir()
-            except OSError:
-                break
-            folder = folder.parent
+        prune_empty_folders(library, model.path.parent)
     return model, deleted
+
+
+def prune_empty_folders(library: ModelLibrary, folder: Path) -> None:
+    """Remove `folder` and the folders above it, up to the models folder, while they are empty: the folders
+    of a repo's download were made for it."""
+    while folder != library.models_dir and folder.is_relative_to(library.models_dir):
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+        folder = folder.parent
 
 
 def disk_usage(library: ModelLibrary) -> DiskUsage:

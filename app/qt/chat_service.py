@@ -38,6 +38,7 @@ class _Measure:
     model_name: str
     documents: TurnDocuments | None
     replacing: int | None
+    tools: tuple[str, ...] = ()
 
 
 class _SignalCallbacks(TurnCallbacks):
@@ -225,16 +226,20 @@ class ChatService(QObject):
         *,
         documents: TurnDocuments | None = None,
         replacing: int | None = None,
+        tools: Sequence[str] = (),
     ) -> Future[None] | None:
         """Non-blocking: count the tokens the next Send would use, with the files attached to the draft
-        (`documents`) and, while a message is edited, in its place (`replacing`); answered by contextUsage.
+        (`documents`), while a message is edited in its place (`replacing`), and with the definitions of
+        the tools the chat's servers (`tools`) offer, of those running; answered by contextUsage.
 
         Requests made while one is waiting replace it, so only the latest draft is counted. Returns None
         when it was folded into a request already waiting.
         """
         with self._measure_lock:
             waiting = self._pending_measure is not None
-            self._pending_measure = _Measure(conversation_id, draft_text, model_name, documents, replacing)
+            self._pending_measure = _Measure(
+                conversation_id, draft_text, model_name, documents, replacing, tuple(tools)
+            )
         # No on_error: an unexpected failure is logged and the meter keeps showing what it showed.
         return None if waiting else self._worker.call(self._measure, operation="measuring the context")
 
@@ -296,6 +301,8 @@ class ChatService(QObject):
             request, self._pending_measure = self._pending_measure, None
         if request is None:
             return
+        host = self._tools
+        offered = ToolSet.running(host, request.tools).specs if request.tools and host is not None else ()
         try:
             usage: ContextUsage = self._engine.measure_context(
                 request.conversation_id,
@@ -304,6 +311,7 @@ class ChatService(QObject):
                 self._callbacks,
                 documents=request.documents,
                 replacing=request.replacing,
+                tools=offered,
             )
         except HearthError as exc:
             # The meter has nothing to show; the next Send reports the same problem where it matters.

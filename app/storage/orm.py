@@ -178,6 +178,8 @@ class ModelRow(Base):
     parts_json: Mapped[str | None] = mapped_column(Text)  # split GGUFs: every part's name, size, SHA-256
     # Vision models (revision 0007): the multimodal projector's name, path, size and SHA-256.
     projector_json: Mapped[str | None] = mapped_column(Text)
+    # How to load it (revision 0011): app.library.load_settings.ModelLoadSettings as JSON; None: automatic.
+    load_settings_json: Mapped[str | None] = mapped_column(Text)
 
 
 class FilesRow(Base):

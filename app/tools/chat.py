@@ -86,6 +86,18 @@ class ToolSet:
         return cls.of(host, listed, tuple(problems))
 
     @classmethod
+    def running(cls, host: ToolHost, wanted: Sequence[str]) -> ToolSet:
+        """What the servers `wanted` names offer, of those running now (none is started): the tools as the
+        next turn would offer them once its servers are up."""
+        listed: list[ToolInfo] = []
+        for name in wanted:
+            try:
+                listed += host.running_tools(name) or []
+            except (HearthError, ToolServerError):
+                continue  # removed from mcp.json, or stopping: the turn says why when it opens them
+        return cls.of(host, listed)
+
+    @classmethod
     def of(cls, host: ToolHost, tools: Sequence[ToolInfo], problems: tuple[str, ...] = ()) -> ToolSet:
         # A name two servers share is told apart by its server: the model must be able to say which.
         counts: dict[str, int] = {}

@@ -119,6 +119,13 @@ class ToolHost:
         except ToolServerError as exc:
             return ToolOutcome(str(exc), is_error=True)
 
+    def running_tools(self, server_name: str) -> list[ToolInfo] | None:
+        """The tools of the server if it is running now, None if it is not: nothing is started (the
+        context meter counts what is offered without starting processes while the user types)."""
+        if self._loop is None:
+            return None
+        return self._run(self._running_tools(self.registry.get(server_name).name), 5.0)
+
     def status(self, server_name: str) -> ServerStatus:
         name = self.registry.get(server_name).name
         if self._loop is None:
@@ -169,6 +176,12 @@ class ToolHost:
         connection = self._connections.get(name)
         running = connection is not None and not connection.holder.done()
         return ServerStatus(name, running, self._errors.get(name))
+
+    async def _running_tools(self, name: str) -> list[ToolInfo] | None:
+        connection = self._connections.get(name)
+        if connection is None or connection.holder.done():
+            return None
+        return list(connection.tools.values())
 
     async def _tools(self, server: ToolServer) -> list[ToolInfo]:
         connection = await self._connected(server)

@@ -164,6 +164,13 @@ class ServedRepo:
         self.branches[branch] = sha
         return sha
 
+    def replace_upstream(self, *files: ServedFile, branch: str = "main") -> str:
+        """Upstream replacement: a new commit on `branch` where these files' bytes (and so their LFS
+        SHA-256) changed and every other file stays as it was."""
+        current = dict(self.commits[self.branches[branch]])
+        current.update({f.filename: f for f in files})
+        return self.commit(list(current.values()), branch=branch)
+
     @property
     def head(self) -> str:
         return self.branches["main"]

@@ -21,6 +21,7 @@ from app.storage.orm import MessageStatus
 from app.tools.chat import Approval, ToolRequest, ToolSet
 from app.tools.host import ToolHost
 from inference.protocol import (
+    ChatMessage,
     Failed,
     Finished,
     GenerateRequest,
@@ -326,3 +327,24 @@ def test_a_chosen_server_that_is_gone_is_said_with_the_reply_and_the_others_stil
     # Only gone servers: nothing to offer, and the turn never starts.
     with pytest.raises(HearthError, match="no tool server named “files”"):
         ToolSet.open(tool_host, ["files"])
+
+
+@pytest.mark.model
+def test_the_context_meter_counts_the_tools_of_running_servers_without_starting_any(
+    core: Core, tools_model: str, tool_host: ToolHost, engine: Callable[..., ScriptedTools]
+) -> None:
+    chat = engine()
+    # Nothing runs yet: the meter starts no server while the user types, and counts no tools.
+    assert ToolSet.running(tool_host, ["maths"]).specs == ()
+    assert not tool_host.status("maths").running
+    without = chat.measure_context(None, "What is 2 + 40?", tools_model)
+    assert without.tool_tokens == 0
+
+    opened = ToolSet.open(tool_host, ["maths"])  # as a turn does
+    running = ToolSet.running(tool_host, ["maths", "gone"])
+    assert running.specs == opened.specs
+    usage = chat.measure_context(None, "What is 2 + 40?", tools_model, tools=running.specs)
+    # Counted by the model's own template and tokenizer, as the turn's prompt is.
+    counted = chat.client.count_tokens((ChatMessage("user", "What is 2 + 40?"),), running.specs).n_tokens
+    assert usage.used_tokens == counted
+    assert usage.tool_tokens == usage.used_tokens - without.used_tokens > 50
