@@ -34,8 +34,9 @@ from app.errors import HearthError
 from app.library.hub import RepoSummary, check_repo_id
 from app.library.installed import STARTER_SOURCE, InstalledModel
 from app.library.model_ops import DiskUsage, FileFit, RepoAssessment
+from app.library.updates import ModelUpdate, UpdateReport
 from app.model_scan import ScanResult
-from app.qt.library_service import DownloadState
+from app.qt.library_service import DownloadState, UpdateOutcome
 from app.qt.services import AppServices
 from app.secret_store import SecretStatus
 from inference.estimator import Fit, FitEstimate
@@ -44,6 +45,7 @@ from ui.dialogs import ConfirmAction, confirm_action
 from ui.library_downloads import DownloadList
 from ui.library_scan import ModelScanDialog, ScanWorker
 from ui.library_widgets import format_bytes, plain_label, push_button
+from ui.model_load_settings import ModelLoadSettingsDialog
 from ui.settings_dialog import SettingsDialog
 from ui.theme import Theme, resolve_theme
 
@@ -121,8 +123,13 @@ class LibraryPanel(QWidget):
         self._settings: SettingsDialog | None = None
         # Installed models with a file gone (registered where another app keeps it, then moved).
         self._missing: set[str] = set()
+        # The last update check's findings, by model name, and the models updating now.
+        self._updates: dict[str, ModelUpdate] = {}
+        self._updating: set[str] = set()
         self._scan_worker = ScanWorker(services.library, services.paths.home, self)
         self._scan_dialog: ModelScanDialog | None = None
+        # One installed model's load settings at a time; reused for the next model opened.
+        self._load_settings_dialog: ModelLoadSettingsDialog | None = None
         self._build()
         self._connect()
         self.retranslate()
@@ -131,6 +138,10 @@ class LibraryPanel(QWidget):
         if self._library.last_load_report is not None:
             self._on_load_report(*self._library.last_load_report)
         self._library.refresh()
+        if (report := self._library.last_update_report()) is not None:
+            self._on_updates_checked(report, False)
+        # The saved last check's badges without the network; the daily check when it is due.
+        self._library.load_updates()
         if not services.settings.models_scan_offered:
             # Shown once, and only when other apps have models the library lacks.
             self._scan_worker.scanned.connect(self._offer_found)
@@ -194,13 +205,19 @@ class LibraryPanel(QWidget):
         self.loadButton = push_button("loadModel")
         self.verifyButton = push_button("verifyModel")
         self.deleteButton = push_button("deleteModel")
+        self.loadSettingsButton = push_button("modelLoadSettings")
         self.scanButton = push_button("findModels")
+        self.checkUpdatesButton = push_button("checkUpdates")
+        self.updateButton = push_button("updateModel")
         self.diskLabel = plain_label("diskLabel")
         actions = QHBoxLayout()
         actions.addWidget(self.scanButton)
+        actions.addWidget(self.checkUpdatesButton)
         actions.addWidget(self.diskLabel, 1)
         actions.addWidget(self.loadButton)
+        actions.addWidget(self.loadSettingsButton)
         actions.addWidget(self.verifyButton)
+        actions.addWidget(self.updateButton)
         actions.addWidget(self.deleteButton)
         installed = QWidget()
         installed_layout = QVBoxLayout(installed)
@@ -260,7 +277,10 @@ class LibraryPanel(QWidget):
         self.loadButton.clicked.connect(self.load_selected)
         self.verifyButton.clicked.connect(self.verify_selected)
         self.deleteButton.clicked.connect(self.delete_selected)
+        self.loadSettingsButton.clicked.connect(lambda: self.open_load_settings())
         self.scanButton.clicked.connect(lambda: self.open_scan())
+        self.checkUpdatesButton.clicked.connect(self.check_updates)
+        self.updateButton.clicked.connect(self.update_selected)
         self._scan_worker.missing.connect(self._show_missing)
         self.downloads.pauseRequested.connect(self._library.pause)
         self.downloads.resumeRequested.connect(self._library.resume)
@@ -279,6 +299,8 @@ class LibraryPanel(QWidget):
         service.switchFinished.connect(self._on_switch_finished)
         service.loadReport.connect(self._on_load_report)
         service.tokenChanged.connect(self._on_token)
+        service.updatesChecked.connect(self._on_updates_checked)
+        service.updateFinished.connect(self._on_update_finished)
 
     def retranslate(self) -> None:
         self.searchBox.setPlaceholderText(self.tr("Search the Hub for GGUF models (e.g. qwen, llama, gemma)"))
@@ -316,12 +338,23 @@ class LibraryPanel(QWidget):
         self.loadButton.setToolTip(self.tr("Switch the chat to this model; the conversation stays open"))
         self.verifyButton.setText(self.tr("Verify"))
         self.deleteButton.setText(self.tr("Delete"))
+        self.loadSettingsButton.setText(self.tr("Load settings…"))
+        self.loadSettingsButton.setToolTip(
+            self.tr("KV cache, flash attention, GPU layers, threads and context for this model's next load")
+        )
         self.scanButton.setText(self.tr("Find models from other apps…"))
         self.scanButton.setToolTip(
             self.tr(
                 "Use the models Ollama, LM Studio, the Hugging Face cache, GPT4All or Jan downloaded, "
                 "where they are"
             )
+        )
+        self.checkUpdatesButton.setToolTip(
+            self.tr("Ask the Hub whether the models downloaded from it have new files on main")
+        )
+        self.updateButton.setText(self.tr("Update"))
+        self.updateButton.setToolTip(
+            self.tr("Download the new file, verify it, then switch the model to it and delete the old one")
         )
         self._update_buttons()
 
@@ -586,18 +619,8 @@ class LibraryPanel(QWidget):
                 builtin = model.source == STARTER_SOURCE
                 source = _item(model.repo_id or (self.tr("built in") if builtin else model.source))
                 source.setToolTip(_tooltip(model.source))
-                name = _item(
-                    self.tr("{name} · vision").format(name=model.name) if model.vision else model.name,
-                    model.name,
-                )
-                if model.projector is not None:
-                    name.setToolTip(
-                        _tooltip(
-                            self.tr("Can see images, with the projector {file}").format(
-                                file=model.projector.filename
-                            )
-                        )
-                    )
+                name = _item(model.name, model.name)
+                self._plain_name(name, model)
                 table.setItem(row, 0, name)
                 table.setItem(row, 1, _item(model.quantization or "?"))
                 table.setItem(row, 2, _item(format_bytes(model.total_size_bytes), align_right=True))
@@ -606,14 +629,38 @@ class LibraryPanel(QWidget):
                     table.selectRow(row)
         finally:
             table.blockSignals(False)
+        self._mark_updates()
         self._mark_missing()
         # Stat-ing files can hang on a network drive: off the GUI thread, marked when the answer comes.
         self._scan_worker.check_missing(self._models)
         self._update_buttons()
 
+    def _plain_name(self, item: QTableWidgetItem, model: InstalledModel) -> None:
+        """The name cell without a badge (missing, update available)."""
+        item.setText(self.tr("{name} · vision").format(name=model.name) if model.vision else model.name)
+        item.setData(Qt.ItemDataRole.ForegroundRole, None)
+        projector = model.projector
+        item.setToolTip(
+            _tooltip(self.tr("Can see images, with the projector {file}").format(file=projector.filename))
+            if projector is not None
+            else ""
+        )
+
+    def _relabel(self) -> None:
+        """Badge the name cells again, after the missing files or the updates changed."""
+        table = self.installedTable
+        models = {m.name: m for m in self._models}
+        for row in range(table.rowCount()):
+            item = table.item(row, 0)
+            model = models.get(str(_row_data(table, row)))
+            if item is not None and model is not None:
+                self._plain_name(item, model)
+        self._mark_updates()
+        self._mark_missing()
+
     def _show_missing(self, names: set[str]) -> None:
         self._missing = names
-        self._mark_missing()
+        self._relabel()
         self._update_buttons()
 
     def _mark_missing(self) -> None:
@@ -635,6 +682,100 @@ class LibraryPanel(QWidget):
                     ).format(path=model.path)
                 )
             )
+
+    # -- updates from the Hub -------------------------------------------------------------------
+
+    def check_updates(self) -> None:
+        if self._library.check_updates():
+            self.statusLabel.setText(
+                self.tr("Asking {endpoint} for updates…").format(endpoint=self._endpoint())
+            )
+        self._update_buttons()
+
+    def update_selected(self) -> None:
+        name = self._selected_model()
+        update = self._updates.get(name) if name is not None else None
+        if name is None or update is None or name in self._updating:
+            return
+        self._updating.add(name)
+        self.statusLabel.setText(
+            self.tr("Updating {name} from {repo}; it stays usable until the new file is verified.").format(
+                name=name, repo=update.repo
+            )
+        )
+        self._library.update(name)
+        self._update_buttons()
+
+    def _on_updates_checked(self, report: UpdateReport, fresh: bool) -> None:
+        self._updates = {u.name: u for u in report.updates}
+        self._relabel()
+        errors = "\n".join(
+            self.tr("{name}: {reason}").format(name=e.name, reason=e.reason) for e in report.errors
+        )
+        self.statusLabel.setToolTip(_tooltip(errors))
+        if fresh:
+            if not report.checked:
+                text = self.tr("No models from the Hub are installed; there is nothing to check.")
+            elif report.updates:
+                text = self.tr("Updates available for {n} of {checked} models from the Hub.").format(
+                    n=len(report.updates), checked=report.checked
+                )
+            else:
+                text = self.tr("All {checked} models from the Hub are up to date.").format(
+                    checked=report.checked
+                )
+            if report.errors:
+                text += " " + self.tr("{n} could not be checked: {errors}").format(
+                    n=len(report.errors), errors="; ".join(errors.splitlines())
+                )
+            self.statusLabel.setText(text)
+        elif report.errors and not self.statusLabel.text():
+            self.statusLabel.setText(
+                self.tr("The last update check could not check {n} models (details in the tooltip).").format(
+                    n=len(report.errors)
+                )
+            )
+        self._update_buttons()
+
+    def _on_update_finished(self, name: str, outcome: str, detail: str) -> None:
+        self._updating.discard(name)
+        if outcome == UpdateOutcome.UPDATED:
+            text = self.tr("Updated {name} to commit {commit}; the old file was deleted.").format(
+                name=name, commit=detail
+            )
+        elif outcome == UpdateOutcome.CURRENT:
+            text = self.tr("{name} is up to date.").format(name=name)
+        elif outcome == UpdateOutcome.PAUSED:
+            text = self.tr("The update of {name} is paused; {name} is unchanged.").format(name=name)
+        elif outcome == UpdateOutcome.CANCELLED:
+            text = self.tr("The update of {name} was cancelled; {name} is unchanged.").format(name=name)
+        else:
+            text = self.tr("{name} was not updated: {reason} {name} is unchanged and still usable.").format(
+                name=name, reason=detail
+            )
+        self.statusLabel.setText(text)
+        self._update_buttons()
+
+    def _mark_updates(self) -> None:
+        table = self.installedTable
+        for row in range(table.rowCount()):
+            item = table.item(row, 0)
+            name = _row_data(table, row)
+            update = self._updates.get(name) if isinstance(name, str) else None
+            if item is None or update is None:
+                continue
+            item.setText(self.tr("{name} · update available").format(name=update.name))
+            item.setForeground(QBrush(QColor(self._theme().accent)))
+            tip = self.tr(
+                "{repo} has new bytes for {file} on main (commit {commit}). Update downloads and verifies "
+                "them, then switches the model to them."
+            ).format(repo=update.repo, file=update.file, commit=update.upstream_commit[:12])
+            if update.in_place:
+                tip += " " + self.tr(
+                    "This model is used from another app's folder, which Hearth never changes: the update "
+                    "goes into Hearth's own models folder."
+                )
+            item.setToolTip(_tooltip(tip))
 
     # -- models from other apps -----------------------------------------------------------------
 
@@ -660,6 +801,39 @@ class LibraryPanel(QWidget):
     @property
     def scan_dialog(self) -> ModelScanDialog | None:
         return self._scan_dialog
+
+    # -- load settings --------------------------------------------------------------------------
+
+    def open_load_settings(self) -> ModelLoadSettingsDialog | None:
+        """The load settings window of the selected installed model (one window, reused)."""
+        name = self._selected_model()
+        model = next((m for m in self._models if m.name == name), None)
+        if model is None:
+            return None
+        dialog = self._load_settings_dialog
+        if dialog is None:
+            dialog = self._load_settings_dialog = ModelLoadSettingsDialog(self._services, model, self)
+            dialog.saved.connect(self._on_load_settings_saved)
+        elif not dialog.isVisible() or dialog.model.name != model.name:
+            dialog.show_model(model)
+        dialog.show()
+        dialog.raise_()
+        dialog.activateWindow()
+        return dialog
+
+    def _on_load_settings_saved(self, model: InstalledModel) -> None:
+        # Reopened before the refresh answers, the window shows what was saved.
+        self._models = [model if m.name == model.name else m for m in self._models]
+        self.statusLabel.setText(
+            self.tr("{name} loads with {settings} from its next turn.").format(
+                name=model.name, settings=model.load_settings.describe()
+            )
+        )
+        self._library.refresh()
+
+    @property
+    def load_settings_dialog(self) -> ModelLoadSettingsDialog | None:
+        return self._load_settings_dialog
 
     def _show_disk(self, usage: DiskUsage) -> None:
         partial = (
@@ -760,6 +934,9 @@ class LibraryPanel(QWidget):
         elif operation in ("verify", "remove"):
             self._set_busy(None)
             self.statusLabel.setText(message)
+        elif operation == "updates":
+            self._update_buttons()
+            self.statusLabel.setText(self.tr("Could not check for updates: {reason}").format(reason=message))
         elif operation != "token":
             self.statusLabel.setText(message)
 
@@ -784,6 +961,15 @@ class LibraryPanel(QWidget):
         self.loadButton.setEnabled(model is not None and idle and model.name not in self._missing)
         self.verifyButton.setEnabled(model is not None and idle)
         self.deleteButton.setEnabled(model is not None and idle and model.source != STARTER_SOURCE)
+        self.loadSettingsButton.setEnabled(model is not None and model.name not in self._missing)
+        self.updateButton.setEnabled(
+            model is not None and model.name in self._updates and model.name not in self._updating
+        )
+        checking = self._library.checking_updates
+        self.checkUpdatesButton.setEnabled(not checking)
+        self.checkUpdatesButton.setText(
+            self.tr("Checking for updates…") if checking else self.tr("Check for updates")
+        )
 
     # -- settings -------------------------------------------------------------------------------
 

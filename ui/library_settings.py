@@ -1,4 +1,5 @@
-"""The "Models & Hub" settings page: the Hugging Face token and the Hub endpoint (a mirror).
+"""The "Models & Hub" settings page: the Hugging Face token, the Hub endpoint (a mirror) and whether the
+library checks the Hub for model updates once a day.
 
 The token goes straight to the library service, which stores it in the OS keyring on a worker thread: a
 keyring that hangs never freezes the window, and when none can take the token it is kept for this session
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import (
+    QCheckBox,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -68,9 +70,17 @@ class HubSettingsPage(QWidget):
         endpoint_form.addRow(self.endpointLabel, endpoint_row)
         endpoint_form.addRow(self.endpointStatus)
 
+        self.updatesBox = QGroupBox()
+        self.checkUpdatesDaily = QCheckBox()
+        self.checkUpdatesDaily.setObjectName("checkUpdatesDaily")
+        self.checkUpdatesDaily.setChecked(services.settings.check_updates_daily)
+        updates_layout = QVBoxLayout(self.updatesBox)
+        updates_layout.addWidget(self.checkUpdatesDaily)
+
         layout = QVBoxLayout(self)
         layout.addWidget(self.tokenBox)
         layout.addWidget(self.endpointBox)
+        layout.addWidget(self.updatesBox)
         layout.addStretch(1)
 
         self.saveTokenButton.clicked.connect(self.save_token)
@@ -78,6 +88,7 @@ class HubSettingsPage(QWidget):
         self.clearTokenButton.clicked.connect(self.clear_token)
         self.applyEndpointButton.clicked.connect(self.apply_endpoint)
         self.endpointEdit.returnPressed.connect(self.apply_endpoint)
+        self.checkUpdatesDaily.toggled.connect(self._daily_check_toggled)
         self._library.tokenChanged.connect(self._on_token)
         self._library.failed.connect(self._on_failed)
         self.retranslate()
@@ -101,6 +112,14 @@ class HubSettingsPage(QWidget):
             self.tr("A Hugging Face mirror or internal server; empty: $HF_ENDPOINT, else huggingface.co")
         )
         self.applyEndpointButton.setText(self.tr("Apply"))
+        self.updatesBox.setTitle(self.tr("Model updates"))
+        self.checkUpdatesDaily.setText(self.tr("Check the Hub for updates to downloaded models once a day"))
+        self.checkUpdatesDaily.setToolTip(
+            self.tr(
+                "When the Models window opens, at most once a day; nothing is downloaded until you press "
+                "Update"
+            )
+        )
         self._show_token()
 
     def save_token(self) -> None:
@@ -127,6 +146,9 @@ class HubSettingsPage(QWidget):
         self.endpointStatus.setText(
             self.tr("Searches and downloads use {endpoint}.").format(endpoint=endpoint)
         )
+
+    def _daily_check_toggled(self, enabled: bool) -> None:
+        self._services.update_settings(check_updates_daily=enabled)
 
     def _asked(self) -> None:
         # The buttons stay enabled: the keyring worker takes requests in order, and the last one wins.

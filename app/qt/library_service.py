@@ -4,7 +4,9 @@ Four pools of workers, so nothing waits behind something unrelated:
 - Hub requests (search, listings with every remote header) on two threads: a new search need not wait for
   a slow listing;
 - downloads on threads of their own (MAX_DOWNLOADS at once, the rest queue), so a multi-gigabyte transfer
-  never holds up a search, a verify or chat (which has its own thread in ChatService);
+  never holds up a search, a verify or chat (which has its own thread in ChatService); a model's update is a
+  download too (its row in the downloads list has the key `update_key(name)`), while checking for updates is
+  Hub requests;
 - library reads, verify and delete on one thread, which keeps them in the order they were asked for;
 - keyring calls on one thread: a keyring can hang for seconds (app.secret_store gives up after a timeout).
 Signals are emitted from those threads; Qt queues them to receivers on the GUI thread. A call that fails
@@ -19,6 +21,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Final
 
 from PySide6.QtCore import QObject, Qt, Signal
@@ -27,18 +30,31 @@ from app.chat.engine import ModelState, ModelStatus
 from app.core import Core
 from app.errors import HearthError
 from app.library.downloads import (
+    PART_SUFFIX,
+    STATE_SUFFIX,
     DownloadCancelled,
     DownloadControl,
     Downloader,
     DownloadPaused,
     DownloadProgress,
     pending_downloads,
+    repo_dir,
 )
 from app.library.hub import HubClient, RemoteFile, RemoteModel, RepoListing
 from app.library.hub_token import HubToken
 from app.library.installed import InstalledModel
 from app.library.model_ops import assess_listing as assess
 from app.library.model_ops import disk_usage, remove_installed
+from app.library.updates import (
+    UPDATES_DIR,
+    UpdateReport,
+    check_updates,
+    daily_check_due,
+    forget_update,
+    load_report,
+    save_report,
+    update_model,
+)
 from app.qt.background import Background, describe
 from app.qt.chat_service import ChatService
 from inference.estimator import describe_prediction
@@ -96,8 +112,34 @@ class _Download:
     future: Future[None] | None = None  # the queued or running job
 
 
+@dataclass
+class _Update:
+    """One model's update, shown as a download (its key is `update_key(name)`)."""
+
+    name: str
+    state: DownloadState
+    control: DownloadControl
+    commit: str  # the upstream commit the last check saw ("" when unknown): where its partial files are
+    future: Future[None] | None = None
+
+
+class UpdateOutcome(enum.StrEnum):
+    """How one update ended (LibraryService.updateFinished)."""
+
+    UPDATED = "updated"
+    CURRENT = "current"  # main has the installed bytes already
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+    FAILED = "failed"  # the old model is as it was
+
+
 def download_key(repo_id: str, filename: str) -> str:
     return f"{repo_id}/{filename}"
+
+
+def update_key(name: str) -> str:
+    # Never a download's key: a repo id has no colon.
+    return f"update:{name}"
 
 
 class LibraryService(QObject):
@@ -127,6 +169,12 @@ class LibraryService(QObject):
     switchFinished = Signal(str, bool, str)
     # (model name, predicted vs actual memory), after every load, whoever asked for it.
     loadReport = Signal(str, str)
+    # (app.library.updates.UpdateReport, fresh): fresh when the Hub was just asked, else the saved last check
+    # (read when a panel opens, or changed by an update). A check that cannot reach the Hub is `failed`
+    # with "updates".
+    updatesChecked = Signal(object, bool)
+    # (model name, UpdateOutcome, detail): the new commit when updated, why it stopped otherwise.
+    updateFinished = Signal(str, str, str)
 
     def __init__(self, core: Core, chat: ChatService, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -144,6 +192,9 @@ class LibraryService(QObject):
             pool.failed.connect(self._failed)
         self._lock = threading.Lock()
         self._downloads: dict[str, _Download] = {}
+        self._updates: dict[str, _Update] = {}
+        self._last_report: UpdateReport | None = None
+        self._checking = False
         self._search_generation = 0
         self._repo_generation = 0
         # Why the last load of each model failed: written on the inference thread, cleared by a new switch.
@@ -202,6 +253,9 @@ class LibraryService(QObject):
         return key
 
     def pause(self, key: str) -> None:
+        if key in self._updates:
+            self._pause_update(key)
+            return
         with self._lock:
             record = self._downloads.get(key)
         if record is None or not record.state.running:
@@ -213,6 +267,9 @@ class LibraryService(QObject):
             record.control.pause()
 
     def resume(self, key: str) -> None:
+        if key in self._updates:
+            self._resume_update(key)
+            return
         with self._lock:
             record = self._downloads.get(key)
             if record is None or not record.state.resumable:
@@ -225,6 +282,9 @@ class LibraryService(QObject):
 
     def cancel(self, key: str) -> None:
         """Stop a download and delete its partial file."""
+        if key in self._updates:
+            self._cancel_update(key)
+            return
         with self._lock:
             record = self._downloads.get(key)
         if record is None:
@@ -240,7 +300,7 @@ class LibraryService(QObject):
     def downloads(self) -> list[DownloadState]:
         """Every download of this session and every partial one found on disk, for a panel opening now."""
         with self._lock:
-            return [record.state for record in self._downloads.values()]
+            return [r.state for r in self._downloads.values()] + [r.state for r in self._updates.values()]
 
     def _start(self, key: str) -> None:
         future = self._submit(
@@ -313,6 +373,207 @@ class LibraryService(QObject):
             record.state = change(record.state)
             state = record.state
         self.downloadChanged.emit(state)
+
+    # -- updates from the Hub ---------------------------------------------------------------------
+
+    def load_updates(self, *, check_if_due: bool = True) -> None:
+        """Report the saved last check (no network), then check the Hub if the daily check is due."""
+
+        def work() -> None:
+            home = self._core.paths.home
+            report = load_report(home)
+            if report is not None:
+                with self._lock:
+                    self._last_report = report
+                self.updatesChecked.emit(report, False)
+            if check_if_due and daily_check_due(home, self._core.settings.check_updates_daily):
+                self.check_updates()
+
+        self._submit(self._disk, "updates", work)
+
+    def check_updates(self) -> bool:
+        """Ask the Hub whether main has other bytes for every Hub model; False when a check is running."""
+        with self._lock:
+            if self._checking:
+                return False
+            self._checking = True
+
+        def work() -> None:
+            try:
+                report = check_updates(self._library, self._hub())
+                with self._lock:
+                    self._last_report = report
+            finally:
+                with self._lock:
+                    self._checking = False
+            try:
+                save_report(self._core.paths.home, report)
+            except HearthError:
+                # Shown all the same; the failure to keep it is said through `failed`.
+                self.updatesChecked.emit(report, True)
+                raise
+            self.updatesChecked.emit(report, True)
+
+        if self._submit(self._hub_pool, "updates", work) is None:
+            with self._lock:
+                self._checking = False
+            return False
+        return True
+
+    @property
+    def checking_updates(self) -> bool:
+        with self._lock:
+            return self._checking
+
+    def last_update_report(self) -> UpdateReport | None:
+        """The latest check this session read or made, for a panel opening now."""
+        with self._lock:
+            return self._last_report
+
+    def update(self, name: str) -> str:
+        """Download the model's new file(s) from main and switch it to them; returns the download row's key.
+        Until the switch the old model stays as it was, and it still does if the update fails."""
+        key = update_key(name)
+        with self._lock:
+            record = self._updates.get(key)
+            if record is not None and record.state.running:
+                return key
+            found = self._last_report.update_for(name) if self._last_report is not None else None
+            state = DownloadState(
+                key,
+                found.repo if found is not None else "",
+                found.file if found is not None else name,
+                DownloadPhase.QUEUED,
+            )
+            self._updates[key] = _Update(
+                name, state, DownloadControl(), found.upstream_commit if found is not None else ""
+            )
+        self.downloadChanged.emit(state)
+        self._start_update(key)
+        return key
+
+    def _start_update(self, key: str) -> None:
+        future = self._submit(
+            self._download_pool,
+            f"update of {key}",
+            lambda: self._run_update(key),
+            lambda error: self._update_stopped(key, UpdateOutcome.FAILED, describe(error)),
+        )
+        with self._lock:
+            self._updates[key].future = future
+
+    def _run_update(self, key: str) -> None:
+        with self._lock:
+            record = self._updates[key]
+            name, control = record.name, record.control
+        self._set_update(key, lambda s: replace(s, state=DownloadPhase.DOWNLOADING))
+        try:
+            result = update_model(
+                self._library,
+                self._hub(),
+                name,
+                control=control,
+                progress=lambda p: self._set_update(
+                    key,
+                    lambda s: replace(
+                        s, state=DownloadPhase.DOWNLOADING, done=p.done, total=p.total, progress=p
+                    ),
+                ),
+            )
+        except DownloadCancelled as exc:
+            self._update_stopped(key, UpdateOutcome.CANCELLED, str(exc))
+            return
+        except DownloadPaused as exc:
+            self._update_stopped(key, UpdateOutcome.PAUSED, str(exc))
+            return
+        model = result.model if result is not None else self._library.get(name)
+        self._refresh()
+        self._forget_update(name)
+        self._set_update(key, lambda s: replace(s, state=DownloadPhase.INSTALLED, installed=model))
+        if result is None:
+            self.updateFinished.emit(name, UpdateOutcome.CURRENT.value, "")
+        else:
+            self.updateFinished.emit(name, UpdateOutcome.UPDATED.value, (model.revision or "")[:12])
+
+    def _forget_update(self, name: str) -> None:
+        """The model is on main's bytes now: the last check no longer lists it (saved, and said)."""
+        with self._lock:
+            report = self._last_report
+            if report is not None:
+                report = replace(report, updates=tuple(u for u in report.updates if u.name != name))
+                self._last_report = report
+        if report is not None:
+            self.updatesChecked.emit(report, False)
+        try:
+            forget_update(self._core.paths.home, name)
+        except HearthError as exc:
+            # The model is updated all the same; the next check finds it current.
+            log.warning("%s", exc)
+
+    def _update_stopped(self, key: str, outcome: UpdateOutcome, message: str) -> None:
+        phase = {
+            UpdateOutcome.PAUSED: DownloadPhase.PAUSED,
+            UpdateOutcome.CANCELLED: DownloadPhase.CANCELLED,
+        }.get(outcome, DownloadPhase.FAILED)
+        self._set_update(key, lambda s: replace(s, state=phase, message=message))
+        with self._lock:
+            name = self._updates[key].name
+        self.updateFinished.emit(name, outcome.value, message)
+        self.diskUsage.emit(disk_usage(self._library))
+
+    def _set_update(self, key: str, change: Callable[[DownloadState], DownloadState]) -> None:
+        with self._lock:
+            record = self._updates[key]
+            record.state = change(record.state)
+            state = record.state
+        self.downloadChanged.emit(state)
+
+    def _pause_update(self, key: str) -> None:
+        record = self._updates[key]
+        if not record.state.running:
+            return
+        if record.future is not None and record.future.cancel():
+            self._update_stopped(key, UpdateOutcome.PAUSED, "")
+        else:
+            record.control.pause()
+
+    def _resume_update(self, key: str) -> None:
+        with self._lock:
+            record = self._updates[key]
+            if not record.state.resumable:
+                return
+            record.control = DownloadControl()
+            record.state = replace(record.state, state=DownloadPhase.QUEUED, message="")
+            state = record.state
+        self.downloadChanged.emit(state)
+        self._start_update(key)
+
+    def _cancel_update(self, key: str) -> None:
+        record = self._updates[key]
+        taken_back = record.state.running and record.future is not None and record.future.cancel()
+        if record.state.running and not taken_back:
+            # The download thread deletes the partial file and reports CANCELLED.
+            record.control.cancel()
+        elif record.state.running or record.state.resumable:
+
+            def discard() -> None:
+                self._discard_update(record)
+                self._update_stopped(key, UpdateOutcome.CANCELLED, "The partial download was deleted.")
+
+            self._submit(self._disk, "download", discard)
+
+    def _discard_update(self, record: _Update) -> None:
+        """Delete the partial files a paused or failed update left (never a finished file: a finished
+        update lives in the same folder)."""
+        if not record.commit or not record.state.repo_id:
+            return
+        staging = Path(self._library.models_dir) / UPDATES_DIR / record.commit[:12]
+        folder = repo_dir(staging, record.state.repo_id)
+        if not folder.is_dir():
+            return
+        for path in folder.rglob("*"):
+            if path.is_file() and path.name.endswith((PART_SUFFIX, STATE_SUFFIX)):
+                path.unlink(missing_ok=True)
 
     # -- installed models -------------------------------------------------------------------------
 
