@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QObject, Qt, Signal, SignalInstance
+from PySide6.QtCore import QObject, Qt, Signal, SignalInstance
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QDialog, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
@@ -24,13 +24,8 @@ from app.qt.background import describe
 from ui.library_widgets import format_bytes
 
 log = logging.getLogger("hearth.ui")
-CONTEXT = "ModelImport"
 # A cancelled copy stops at its next 4 MB chunk; a slow disk is given this long.
 STOP_WAIT_S = 30.0
-
-
-def _tr(text: str) -> str:
-    return QCoreApplication.translate(CONTEXT, text)
 
 
 class _Cancelled(Exception):
@@ -57,11 +52,11 @@ class ModelImporter(QObject):
     def start(self, paths: Sequence[Path]) -> None:
         # Phrased here: the import thread does not translate.
         phrases = {
-            "imported": _tr("Imported {name}."),
-            "already": _tr("{file} is already in the library as {name}."),
-            "failed": _tr("{file} was not imported: {reason}"),
-            "none": _tr("Nothing to import: no GGUF models among what was dropped."),
-            "cancelled": _tr("Cancelled: {file} was not imported, and nothing of it was kept."),
+            "imported": self.tr("Imported {name}."),
+            "already": self.tr("{file} is already in the library as {name}."),
+            "failed": self.tr("{file} was not imported: {reason}"),
+            "none": self.tr("Nothing to import: no GGUF models among what was dropped."),
+            "cancelled": self.tr("Cancelled: {file} was not imported, and nothing of it was kept."),
         }
         self._cancel = cancel = threading.Event()
         self._thread = threading.Thread(
@@ -132,7 +127,7 @@ class ModelImportDialog(QDialog):
     def __init__(self, importer: ModelImporter, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("modelImportDialog")
-        self.setWindowTitle(_tr("Importing models"))
+        self.setWindowTitle(self.tr("Importing models"))
         self.resize(520, 220)
         self._importer = importer
         self.fileLabel = QLabel()
@@ -163,15 +158,15 @@ class ModelImportDialog(QDialog):
     def start(self, paths: Sequence[Path]) -> None:
         self._outcomes = []
         self.outcomesLabel.setText("")
-        self.fileLabel.setText(_tr("Looking for models…"))
+        self.fileLabel.setText(self.tr("Looking for models…"))
         self.progressBar.setValue(0)
-        self.button.setText(_tr("Cancel"))
+        self.button.setText(self.tr("Cancel"))
         self._running = True
         self._importer.start(paths)
 
     def _show_progress(self, name: str, done: int, total: int) -> None:
         self.fileLabel.setText(
-            _tr("{file}: {done} of {total}").format(
+            self.tr("{file}: {done} of {total}").format(
                 file=name, done=format_bytes(done), total=format_bytes(total)
             )
         )
@@ -183,9 +178,9 @@ class ModelImportDialog(QDialog):
 
     def _finished(self, _imported: bool) -> None:
         self._running = False
-        self.fileLabel.setText(_tr("Done."))
+        self.fileLabel.setText(self.tr("Done."))
         self.progressBar.setValue(1000)
-        self.button.setText(_tr("Close"))
+        self.button.setText(self.tr("Close"))
 
     @property
     def busy(self) -> bool:

@@ -383,6 +383,10 @@
         <translation>其中文档占 {tokens} 个词元。</translation>
     </message>
     <message>
+        <source>The definitions of the tools this chat may call take {tokens} of these tokens.</source>
+        <translation>其中此对话可调用的工具定义占 {tokens} 个词元。</translation>
+    </message>
+    <message>
         <source>Too long to send whole, so searched when you send: {names}. Only the passages most relevant to your message go in, up to {tokens} tokens.</source>
         <translation>太长，无法整篇发送，发送时将检索：{names}。只放入与你的消息最相关的段落，最多 {tokens} 个词元。</translation>
     </message>
@@ -679,6 +683,14 @@
         <translation>Hearth（思考）</translation>
     </message>
     <message>
+        <source>Hearth (tool call)</source>
+        <translation>Hearth（工具调用）</translation>
+    </message>
+    <message>
+        <source>Tool</source>
+        <translation>工具</translation>
+    </message>
+    <message>
         <source>Hearth</source>
         <translation>Hearth</translation>
     </message>
@@ -720,6 +732,18 @@
     <message>
         <source>Apply</source>
         <translation>应用</translation>
+    </message>
+    <message>
+        <source>Model updates</source>
+        <translation>模型更新</translation>
+    </message>
+    <message>
+        <source>Check the Hub for updates to downloaded models once a day</source>
+        <translation>每天检查一次 Hub 上已下载模型的更新</translation>
+    </message>
+    <message>
+        <source>When the Models window opens, at most once a day; nothing is downloaded until you press Update</source>
+        <translation>在打开模型窗口时检查，每天最多一次；在按下“更新”之前不会下载任何内容</translation>
     </message>
     <message>
         <source>Searches and downloads use {endpoint}.</source>
@@ -879,6 +903,34 @@
         <translation>删除</translation>
     </message>
     <message>
+        <source>Load settings…</source>
+        <translation>加载设置…</translation>
+    </message>
+    <message>
+        <source>KV cache, flash attention, GPU layers, threads and context for this model&apos;s next load</source>
+        <translation>此模型下次加载时的 KV 缓存、Flash Attention、GPU 层数、线程数和上下文</translation>
+    </message>
+    <message>
+        <source>Find models from other apps…</source>
+        <translation>查找其他应用的模型…</translation>
+    </message>
+    <message>
+        <source>Use the models Ollama, LM Studio, the Hugging Face cache, GPT4All or Jan downloaded, where they are</source>
+        <translation>就地使用 Ollama、LM Studio、Hugging Face 缓存、GPT4All 或 Jan 已下载的模型</translation>
+    </message>
+    <message>
+        <source>Ask the Hub whether the models downloaded from it have new files on main</source>
+        <translation>询问 Hub 从它下载的模型在 main 分支上是否有新文件</translation>
+    </message>
+    <message>
+        <source>Update</source>
+        <translation>更新</translation>
+    </message>
+    <message>
+        <source>Download the new file, verify it, then switch the model to it and delete the old one</source>
+        <translation>下载新文件并校验，然后将模型切换到新文件并删除旧文件</translation>
+    </message>
+    <message>
         <source>Searching {endpoint}…</source>
         <translation>正在搜索 {endpoint}…</translation>
     </message>
@@ -1007,6 +1059,82 @@
         <translation>可以看图，使用投影器 {file}</translation>
     </message>
     <message>
+        <source>{name} · missing</source>
+        <translation>{name} · 文件缺失</translation>
+    </message>
+    <message>
+        <source>Its file is no longer at {path}: the app that keeps it may have moved or deleted it. Put the file back, or remove the model from the library.</source>
+        <translation>它的文件已不在 {path}：保存它的应用可能移动或删除了它。请把文件放回原处，或从模型库中移除此模型。</translation>
+    </message>
+    <message>
+        <source>Asking {endpoint} for updates…</source>
+        <translation>正在向 {endpoint} 查询更新…</translation>
+    </message>
+    <message>
+        <source>Updating {name} from {repo}; it stays usable until the new file is verified.</source>
+        <translation>正在从 {repo} 更新 {name}；在新文件校验完成前它仍可使用。</translation>
+    </message>
+    <message>
+        <source>{name}: {reason}</source>
+        <translation>{name}：{reason}</translation>
+    </message>
+    <message>
+        <source>No models from the Hub are installed; there is nothing to check.</source>
+        <translation>没有安装来自 Hub 的模型，无需检查。</translation>
+    </message>
+    <message>
+        <source>Updates available for {n} of {checked} models from the Hub.</source>
+        <translation>来自 Hub 的 {checked} 个模型中有 {n} 个可以更新。</translation>
+    </message>
+    <message>
+        <source>All {checked} models from the Hub are up to date.</source>
+        <translation>来自 Hub 的 {checked} 个模型均为最新。</translation>
+    </message>
+    <message>
+        <source>{n} could not be checked: {errors}</source>
+        <translation>{n} 个无法检查：{errors}</translation>
+    </message>
+    <message>
+        <source>The last update check could not check {n} models (details in the tooltip).</source>
+        <translation>上次更新检查有 {n} 个模型无法检查（详情见提示）。</translation>
+    </message>
+    <message>
+        <source>Updated {name} to commit {commit}; the old file was deleted.</source>
+        <translation>已将 {name} 更新到提交 {commit}；旧文件已删除。</translation>
+    </message>
+    <message>
+        <source>{name} is up to date.</source>
+        <translation>{name} 已是最新。</translation>
+    </message>
+    <message>
+        <source>The update of {name} is paused; {name} is unchanged.</source>
+        <translation>{name} 的更新已暂停；{name} 未改变。</translation>
+    </message>
+    <message>
+        <source>The update of {name} was cancelled; {name} is unchanged.</source>
+        <translation>{name} 的更新已取消；{name} 未改变。</translation>
+    </message>
+    <message>
+        <source>{name} was not updated: {reason} {name} is unchanged and still usable.</source>
+        <translation>{name} 未更新：{reason} {name} 未改变，仍可使用。</translation>
+    </message>
+    <message>
+        <source>{name} · update available</source>
+        <translation>{name} · 有可用更新</translation>
+    </message>
+    <message>
+        <source>{repo} has new bytes for {file} on main (commit {commit}). Update downloads and verifies them, then switches the model to them.</source>
+        <translation>{repo} 的 main 分支上 {file} 有新内容（提交 {commit}）。“更新”会下载并校验它们，然后将模型切换过去。</translation>
+    </message>
+    <message>
+        <source>This model is used from another app&apos;s folder, which Hearth never changes: the update goes into Hearth&apos;s own models folder.</source>
+        <translation>此模型使用的是其他应用文件夹中的文件，Hearth 从不修改它：更新会放入 Hearth 自己的模型文件夹。</translation>
+    </message>
+    <message>
+        <source>{name} loads with {settings} from its next turn.</source>
+        <translation>{name} 将从下一轮起以 {settings} 加载。</translation>
+    </message>
+    <message>
         <source>, {partial} in unfinished downloads</source>
         <translation>，另有 {partial} 在未完成的下载中</translation>
     </message>
@@ -1023,8 +1151,32 @@
         <translation>要删除 {name} 吗？这将释放 {size}。</translation>
     </message>
     <message>
+        <source>Could not check for updates: {reason}</source>
+        <translation>无法检查更新：{reason}</translation>
+    </message>
+    <message>
+        <source>Checking for updates…</source>
+        <translation>正在检查更新…</translation>
+    </message>
+    <message>
+        <source>Check for updates</source>
+        <translation>检查更新</translation>
+    </message>
+    <message>
         <source>Delete model</source>
         <translation>删除模型</translation>
+    </message>
+    <message>
+        <source>Remove model</source>
+        <translation>移除模型</translation>
+    </message>
+    <message>
+        <source>Remove</source>
+        <translation>移除</translation>
+    </message>
+    <message>
+        <source>Remove {name} from the library? Its file stays where it is, in {folder}.</source>
+        <translation>要从模型库中移除 {name} 吗？它的文件会留在原处：{folder}。</translation>
     </message>
     <message>
         <source>Deleting {name}…</source>
@@ -1265,6 +1417,14 @@
         <source>Copied</source>
         <translation>已复制</translation>
     </message>
+    <message>
+        <source>The library cannot take models while the database is read-only.</source>
+        <translation>数据库为只读时，模型库无法添加模型。</translation>
+    </message>
+    <message>
+        <source>Models are still being imported; drop these again when it is done.</source>
+        <translation>模型仍在导入中；完成后请再次拖放这些文件。</translation>
+    </message>
 </context>
 <context>
     <name>ModelBar</name>
@@ -1307,6 +1467,322 @@
     <message>
         <source>Added {server} with {count} models</source>
         <translation>已添加 {server}，共 {count} 个模型</translation>
+    </message>
+</context>
+<context>
+    <name>ModelImportDialog</name>
+    <message>
+        <source>Importing models</source>
+        <translation>正在导入模型</translation>
+    </message>
+    <message>
+        <source>Looking for models…</source>
+        <translation>正在查找模型…</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>{file}: {done} of {total}</source>
+        <translation>{file}：{done} / {total}</translation>
+    </message>
+    <message>
+        <source>Done.</source>
+        <translation>完成。</translation>
+    </message>
+    <message>
+        <source>Close</source>
+        <translation>关闭</translation>
+    </message>
+</context>
+<context>
+    <name>ModelImporter</name>
+    <message>
+        <source>Imported {name}.</source>
+        <translation>已导入 {name}。</translation>
+    </message>
+    <message>
+        <source>{file} is already in the library as {name}.</source>
+        <translation>{file} 已在模型库中，名为 {name}。</translation>
+    </message>
+    <message>
+        <source>{file} was not imported: {reason}</source>
+        <translation>{file} 未导入：{reason}</translation>
+    </message>
+    <message>
+        <source>Nothing to import: no GGUF models among what was dropped.</source>
+        <translation>没有可导入的内容：拖放的内容中没有 GGUF 模型。</translation>
+    </message>
+    <message>
+        <source>Cancelled: {file} was not imported, and nothing of it was kept.</source>
+        <translation>已取消：{file} 未导入，未保留任何部分。</translation>
+    </message>
+</context>
+<context>
+    <name>ModelLoadSettingsDialog</name>
+    <message>
+        <source>&amp;KV cache type</source>
+        <translation>KV 缓存类型(&amp;K)</translation>
+    </message>
+    <message>
+        <source>&amp;Flash attention</source>
+        <translation>Flash Attention(&amp;F)</translation>
+    </message>
+    <message>
+        <source>&amp;GPU layers</source>
+        <translation>GPU 层数(&amp;G)</translation>
+    </message>
+    <message>
+        <source>&amp;Main GPU</source>
+        <translation>主 GPU(&amp;M)</translation>
+    </message>
+    <message>
+        <source>&amp;Tensor split</source>
+        <translation>张量拆分(&amp;T)</translation>
+    </message>
+    <message>
+        <source>T&amp;hreads</source>
+        <translation>线程数(&amp;H)</translation>
+    </message>
+    <message>
+        <source>Memory &amp;lock</source>
+        <translation>锁定内存(&amp;L)</translation>
+    </message>
+    <message>
+        <source>&amp;Context length</source>
+        <translation>上下文长度(&amp;C)</translation>
+    </message>
+    <message>
+        <source>Automatic</source>
+        <translation>自动</translation>
+    </message>
+    <message>
+        <source>Automatic: f16, or q8_0 when that makes the model fit. A quantized cache takes less memory and needs flash attention.</source>
+        <translation>自动：f16；若 q8_0 能让模型放得下则用 q8_0。量化缓存占用更少内存，并需要 Flash Attention。</translation>
+    </message>
+    <message>
+        <source>Auto</source>
+        <translation>自动</translation>
+    </message>
+    <message>
+        <source>On</source>
+        <translation>开</translation>
+    </message>
+    <message>
+        <source>Off</source>
+        <translation>关</translation>
+    </message>
+    <message>
+        <source>Auto: on with a GPU or a quantized KV cache</source>
+        <translation>自动：有 GPU 或量化 KV 缓存时开启</translation>
+    </message>
+    <message>
+        <source>Layers on the GPU; 0 runs the model on the CPU only</source>
+        <translation>放在 GPU 上的层数；0 表示仅在 CPU 上运行</translation>
+    </message>
+    <message>
+        <source>CPU threads; Automatic: the global setting, else the physical cores</source>
+        <translation>CPU 线程数；自动：使用全局设置，否则使用物理核心数</translation>
+    </message>
+    <message>
+        <source>Keep the weights in RAM, never paged out</source>
+        <translation>将权重保留在内存中，永不换出</translation>
+    </message>
+    <message>
+        <source> tokens</source>
+        <translation> 个词元</translation>
+    </message>
+    <message>
+        <source>A conversation&apos;s own context length still wins</source>
+        <translation>对话自身的上下文长度仍然优先</translation>
+    </message>
+    <message>
+        <source>Automatic (e.g. 3,1: each GPU&apos;s share of the layers)</source>
+        <translation>自动（例如 3,1：每块 GPU 分担的层数比例）</translation>
+    </message>
+    <message>
+        <source>Reset to automatic</source>
+        <translation>全部恢复为自动</translation>
+    </message>
+    <message>
+        <source>Save</source>
+        <translation>保存</translation>
+    </message>
+    <message>
+        <source>The model is loaded with these settings at its next turn</source>
+        <translation>模型将在下一轮以这些设置加载</translation>
+    </message>
+    <message>
+        <source>Close</source>
+        <translation>关闭</translation>
+    </message>
+    <message>
+        <source>Load settings: {name}</source>
+        <translation>加载设置：{name}</translation>
+    </message>
+    <message>
+        <source>How {name} is loaded. Automatic leaves each choice to Hearth.</source>
+        <translation>{name} 的加载方式。“自动”表示由 Hearth 决定。</translation>
+    </message>
+    <message>
+        <source>GPU {index} (not found)</source>
+        <translation>GPU {index}（未找到）</translation>
+    </message>
+    <message>
+        <source>The GPU that holds the whole model</source>
+        <translation>容纳整个模型的 GPU</translation>
+    </message>
+    <message>
+        <source>Each GPU&apos;s share of the layers, in this order: {gpus}</source>
+        <translation>每块 GPU 分担的层数比例，顺序为：{gpus}</translation>
+    </message>
+    <message>
+        <source>No GPU was found: {reason}</source>
+        <translation>未找到 GPU：{reason}</translation>
+    </message>
+    <message>
+        <source>No GPU was found</source>
+        <translation>未找到 GPU</translation>
+    </message>
+    <message>
+        <source>The next load&apos;s plan is shown once these settings can be used.</source>
+        <translation>这些设置可用后，将显示下次加载的方案。</translation>
+    </message>
+    <message>
+        <source>Planning the next load…</source>
+        <translation>正在规划下次加载…</translation>
+    </message>
+    <message>
+        <source>on</source>
+        <translation>开</translation>
+    </message>
+    <message>
+        <source>off</source>
+        <translation>关</translation>
+    </message>
+    <message>
+        <source>Next load: {context}-token context, {layers}/{n_layers} layers on the GPU, KV cache {kv}, flash attention {flash}, {threads} threads; predicted {total} (KV cache {kv_bytes}): {fit}.</source>
+        <translation>下次加载：{context} 词元上下文，{layers}/{n_layers} 层在 GPU 上，KV 缓存 {kv}，Flash Attention {flash}，{threads} 个线程；预计 {total}（KV 缓存 {kv_bytes}）：{fit}。</translation>
+    </message>
+    <message>
+        <source>fits</source>
+        <translation>放得下</translation>
+    </message>
+    <message>
+        <source>may not fit</source>
+        <translation>可能放不下</translation>
+    </message>
+    <message>
+        <source>Why: {reason}</source>
+        <translation>原因：{reason}</translation>
+    </message>
+    <message>
+        <source>No plan: {error}</source>
+        <translation>无法规划：{error}</translation>
+    </message>
+    <message>
+        <source>Saving…</source>
+        <translation>正在保存…</translation>
+    </message>
+    <message>
+        <source>Saved: {name} is loaded with {settings} from its next turn.</source>
+        <translation>已保存：{name} 将从下一轮起以 {settings} 加载。</translation>
+    </message>
+    <message>
+        <source>Not saved: {error}</source>
+        <translation>未保存：{error}</translation>
+    </message>
+</context>
+<context>
+    <name>ModelScanDialog</name>
+    <message>
+        <source>Models from other apps</source>
+        <translation>其他应用的模型</translation>
+    </message>
+    <message>
+        <source>GGUF models that Ollama, LM Studio, the Hugging Face cache, GPT4All, Jan and your own folders keep on this computer. Adding one uses it where it is: nothing is copied, and Hearth never changes or deletes it (removing it from the library only forgets it).</source>
+        <translation>Ollama、LM Studio、Hugging Face 缓存、GPT4All、Jan 以及你自己的文件夹在本机保存的 GGUF 模型。添加后就地使用：不复制任何文件，Hearth 也从不修改或删除它们（从模型库中移除只是不再记录）。</translation>
+    </message>
+    <message>
+        <source>Model</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>App</source>
+        <translation>应用</translation>
+    </message>
+    <message>
+        <source>Size</source>
+        <translation>大小</translation>
+    </message>
+    <message>
+        <source>State</source>
+        <translation>状态</translation>
+    </message>
+    <message>
+        <source>Location</source>
+        <translation>位置</translation>
+    </message>
+    <message>
+        <source>Scan again</source>
+        <translation>重新扫描</translation>
+    </message>
+    <message>
+        <source>Add selected</source>
+        <translation>添加所选</translation>
+    </message>
+    <message>
+        <source>Close</source>
+        <translation>关闭</translation>
+    </message>
+    <message>
+        <source>Looking in other apps&apos; model folders…</source>
+        <translation>正在查找其他应用的模型文件夹…</translation>
+    </message>
+    <message>
+        <source>No GGUF models found in the {n} app folders on this computer.</source>
+        <translation>在本机的 {n} 个应用文件夹中没有找到 GGUF 模型。</translation>
+    </message>
+    <message>
+        <source>{found} models found, {new} not in the library yet.</source>
+        <translation>找到 {found} 个模型，其中 {new} 个尚未在模型库中。</translation>
+    </message>
+    <message>
+        <source>Your folder</source>
+        <translation>你的文件夹</translation>
+    </message>
+    <message>
+        <source>Cannot be used</source>
+        <translation>无法使用</translation>
+    </message>
+    <message>
+        <source>In the library as {name}</source>
+        <translation>已在模型库中，名为 {name}</translation>
+    </message>
+    <message>
+        <source>, with its vision projector</source>
+        <translation>，附带其视觉投影器</translation>
+    </message>
+    <message>
+        <source>New: adds as {name}{vision}</source>
+        <translation>新：将添加为 {name}{vision}</translation>
+    </message>
+    <message>
+        <source>Checking the models&apos; SHA-256 (once)…</source>
+        <translation>正在校验模型的 SHA-256（仅一次）…</translation>
+    </message>
+    <message>
+        <source>Checking {name}: {done} of {total}…</source>
+        <translation>正在校验 {name}：{done} / {total}…</translation>
+    </message>
+    <message>
+        <source>Added {n} models to the library, where they are.</source>
+        <translation>已就地将 {n} 个模型添加到模型库。</translation>
+    </message>
+    <message>
+        <source>{name} was not added: {why}</source>
+        <translation>{name} 未添加：{why}</translation>
     </message>
 </context>
 <context>
@@ -1986,8 +2462,48 @@
         <translation>已添加 {name}。</translation>
     </message>
     <message>
+        <source>Added {name}; its secrets are kept for this session only: {reason}</source>
+        <translation>已添加 {name}；它的密钥仅在本次会话中保留：{reason}</translation>
+    </message>
+    <message>
+        <source>Imported {names}.</source>
+        <translation>已导入 {names}。</translation>
+    </message>
+    <message>
+        <source>No servers were imported from {path}.</source>
+        <translation>未从 {path} 导入任何服务器。</translation>
+    </message>
+    <message>
+        <source>Skipped {name}: {why}</source>
+        <translation>已跳过 {name}：{why}</translation>
+    </message>
+    <message>
+        <source>Their secrets are kept for this session only: {reason}</source>
+        <translation>它们的密钥仅在本次会话中保留：{reason}</translation>
+    </message>
+    <message>
+        <source>Remove the tool server “{name}” and the secrets kept for it in the keyring? Chats that used its tools keep their calls and results.</source>
+        <translation>要移除工具服务器“{name}”以及密钥环中为它保存的密钥吗？使用过其工具的对话会保留调用和结果。</translation>
+    </message>
+    <message>
+        <source>Remove tool server</source>
+        <translation>移除工具服务器</translation>
+    </message>
+    <message>
         <source>Removed {name}.</source>
         <translation>已移除 {name}。</translation>
+    </message>
+    <message>
+        <source>Saving…</source>
+        <translation>正在保存…</translation>
+    </message>
+    <message>
+        <source>Another file…</source>
+        <translation>其他文件…</translation>
+    </message>
+    <message>
+        <source>Import MCP servers</source>
+        <translation>导入 MCP 服务器</translation>
     </message>
     <message>
         <source>Starting the tool servers…</source>
@@ -2008,6 +2524,14 @@
     <message>
         <source>{count} tools</source>
         <translation>{count} 个工具</translation>
+    </message>
+    <message>
+        <source>No environment variables or headers for the next server.</source>
+        <translation>下一个服务器没有环境变量或请求头。</translation>
+    </message>
+    <message>
+        <source>The next server gets {names} (values kept in the keyring).</source>
+        <translation>下一个服务器将获得 {names}（值保存在密钥环中）。</translation>
     </message>
     <message>
         <source>Turn on</source>
@@ -2050,6 +2574,38 @@
         <translation>移除</translation>
     </message>
     <message>
+        <source>variable or header</source>
+        <translation>变量或请求头</translation>
+    </message>
+    <message>
+        <source>Variable or header name (API_KEY, Authorization)</source>
+        <translation>变量或请求头名称（API_KEY、Authorization）</translation>
+    </message>
+    <message>
+        <source>Its value (hidden, kept in the keyring)</source>
+        <translation>它的值（隐藏，保存在密钥环中）</translation>
+    </message>
+    <message>
+        <source>Add variable</source>
+        <translation>添加变量</translation>
+    </message>
+    <message>
+        <source>An environment variable for a command, or a header for an address, for the next server added</source>
+        <translation>为下一个添加的服务器设置：命令的环境变量，或地址的请求头</translation>
+    </message>
+    <message>
+        <source>Clear</source>
+        <translation>清除</translation>
+    </message>
+    <message>
+        <source>Import</source>
+        <translation>导入</translation>
+    </message>
+    <message>
+        <source>Add the MCP servers another app knows</source>
+        <translation>添加其他应用已有的 MCP 服务器</translation>
+    </message>
+    <message>
         <source>Start and list tools</source>
         <translation>启动并列出工具</translation>
     </message>
@@ -2063,6 +2619,14 @@
     <message>
         <source>No tool servers yet</source>
         <translation>还没有工具服务器</translation>
+    </message>
+    <message>
+        <source>{name} (turned off)</source>
+        <translation>{name}（已关闭）</translation>
+    </message>
+    <message>
+        <source>{name} (removed)</source>
+        <translation>{name}（已移除）</translation>
     </message>
     <message>
         <source>Manage tool servers…</source>
@@ -2164,16 +2728,16 @@
         <translation>这条回复是如何生成的</translation>
     </message>
     <message>
-        <source>Called {tool}:</source>
-        <translation>调用了 {tool}：</translation>
+        <source>Called {tool}</source>
+        <translation>调用了 {tool}</translation>
     </message>
     <message>
-        <source>{tool} returned:</source>
-        <translation>{tool} 返回：</translation>
+        <source>{tool} returned</source>
+        <translation>{tool} 返回</translation>
     </message>
     <message>
-        <source>{tool} failed:</source>
-        <translation>{tool} 失败：</translation>
+        <source>{tool} failed</source>
+        <translation>{tool} 失败</translation>
     </message>
     <message>
         <source>TTFT {seconds} s</source>
@@ -2218,6 +2782,14 @@
     <message>
         <source>Show thinking</source>
         <translation>显示思考过程</translation>
+    </message>
+    <message>
+        <source>Show tool details</source>
+        <translation>显示工具详情</translation>
+    </message>
+    <message>
+        <source>Hide tool details</source>
+        <translation>隐藏工具详情</translation>
     </message>
     <message>
         <source>Sources ({count})</source>
