@@ -619,9 +619,7 @@ class LibraryPanel(QWidget):
                 builtin = model.source == STARTER_SOURCE
                 source = _item(model.repo_id or (self.tr("built in") if builtin else model.source))
                 source.setToolTip(_tooltip(model.source))
-                name = _item(model.name, model.name)
-                self._plain_name(name, model)
-                table.setItem(row, 0, name)
+                table.setItem(row, 0, _item(model.name, model.name))
                 table.setItem(row, 1, _item(model.quantization or "?"))
                 table.setItem(row, 2, _item(format_bytes(model.total_size_bytes), align_right=True))
                 table.setItem(row, 3, source)
@@ -629,8 +627,7 @@ class LibraryPanel(QWidget):
                     table.selectRow(row)
         finally:
             table.blockSignals(False)
-        self._mark_updates()
-        self._mark_missing()
+        self._relabel()
         # Stat-ing files can hang on a network drive: off the GUI thread, marked when the answer comes.
         self._scan_worker.check_missing(self._models)
         self._update_buttons()
@@ -647,41 +644,38 @@ class LibraryPanel(QWidget):
         )
 
     def _relabel(self) -> None:
-        """Badge the name cells again, after the missing files or the updates changed."""
+        """Label the name cells, with their badges: after the list, the missing files or the updates changed.
+        A missing file is said over an update (there is nothing to update from)."""
         table = self.installedTable
         models = {m.name: m for m in self._models}
         for row in range(table.rowCount()):
             item = table.item(row, 0)
             model = models.get(str(_row_data(table, row)))
-            if item is not None and model is not None:
-                self._plain_name(item, model)
-        self._mark_updates()
-        self._mark_missing()
+            if item is None or model is None:
+                continue
+            self._plain_name(item, model)
+            update = self._updates.get(model.name)
+            if update is not None:
+                self._badge_update(item, update)
+            if model.name in self._missing:
+                self._badge_missing(item, model)
 
     def _show_missing(self, names: set[str]) -> None:
         self._missing = names
         self._relabel()
         self._update_buttons()
 
-    def _mark_missing(self) -> None:
-        table = self.installedTable
-        for row in range(table.rowCount()):
-            item = table.item(row, 0)
-            model = next(
-                (m for m in self._models if item is not None and m.name == _row_data(table, row)), None
+    def _badge_missing(self, item: QTableWidgetItem, model: InstalledModel) -> None:
+        item.setText(self.tr("{name} · missing").format(name=model.name))
+        item.setForeground(QBrush(QColor(self._theme().error)))
+        item.setToolTip(
+            _tooltip(
+                self.tr(
+                    "Its file is no longer at {path}: the app that keeps it may have moved or deleted "
+                    "it. Put the file back, or remove the model from the library."
+                ).format(path=model.path)
             )
-            if item is None or model is None or model.name not in self._missing:
-                continue
-            item.setText(self.tr("{name} · missing").format(name=model.name))
-            item.setForeground(QBrush(QColor(self._theme().error)))
-            item.setToolTip(
-                _tooltip(
-                    self.tr(
-                        "Its file is no longer at {path}: the app that keeps it may have moved or deleted "
-                        "it. Put the file back, or remove the model from the library."
-                    ).format(path=model.path)
-                )
-            )
+        )
 
     # -- updates from the Hub -------------------------------------------------------------------
 
@@ -756,26 +750,19 @@ class LibraryPanel(QWidget):
         self.statusLabel.setText(text)
         self._update_buttons()
 
-    def _mark_updates(self) -> None:
-        table = self.installedTable
-        for row in range(table.rowCount()):
-            item = table.item(row, 0)
-            name = _row_data(table, row)
-            update = self._updates.get(name) if isinstance(name, str) else None
-            if item is None or update is None:
-                continue
-            item.setText(self.tr("{name} · update available").format(name=update.name))
-            item.setForeground(QBrush(QColor(self._theme().accent)))
-            tip = self.tr(
-                "{repo} has new bytes for {file} on main (commit {commit}). Update downloads and verifies "
-                "them, then switches the model to them."
-            ).format(repo=update.repo, file=update.file, commit=update.upstream_commit[:12])
-            if update.in_place:
-                tip += " " + self.tr(
-                    "This model is used from another app's folder, which Hearth never changes: the update "
-                    "goes into Hearth's own models folder."
-                )
-            item.setToolTip(_tooltip(tip))
+    def _badge_update(self, item: QTableWidgetItem, update: ModelUpdate) -> None:
+        item.setText(self.tr("{name} · update available").format(name=update.name))
+        item.setForeground(QBrush(QColor(self._theme().accent)))
+        tip = self.tr(
+            "{repo} has new bytes for {file} on main (commit {commit}). Update downloads and verifies "
+            "them, then switches the model to them."
+        ).format(repo=update.repo, file=update.file, commit=update.upstream_commit[:12])
+        if update.in_place:
+            tip += " " + self.tr(
+                "This model is used from another app's folder, which Hearth never changes: the update "
+                "goes into Hearth's own models folder."
+            )
+        item.setToolTip(_tooltip(tip))
 
     # -- models from other apps -----------------------------------------------------------------
 

@@ -401,6 +401,14 @@ def _copy_and_hash(source: Path, target: Path, progress: Progress | None) -> tup
     return digest.hexdigest(), done
 
 
+def _overall(progress: Progress | None, before: int, total: int) -> Progress | None:
+    """Progress through one of several files, reported as progress through all of them (`before`: the bytes
+    of the files done already)."""
+    if progress is None:
+        return None
+    return lambda done, _file_total: progress(before + done, total)
+
+
 def _checked_sha256(path: Path, expected: str | None, progress: Progress | None) -> str:
     try:
         sha256 = sha256_file(path, progress)
@@ -609,12 +617,7 @@ class ModelLibrary:
         try:
             done = 0
             for source, target, size in zip(sources, targets, sizes, strict=True):
-
-                def overall(part_done: int, _total: int, before: int = done) -> None:
-                    if progress is not None:
-                        progress(before + part_done, total)
-
-                sha256, copied = _copy_and_hash(source, target, overall)
+                sha256, copied = _copy_and_hash(source, target, _overall(progress, done, total))
                 parts.append(ModelPart(target.name, target, copied, sha256))
                 done += size
             check_model_files(targets)
@@ -735,13 +738,10 @@ class ModelLibrary:
         parts: list[ModelPart] = []
         done = 0
         for index, (part, size) in enumerate(zip(paths, sizes, strict=True)):
-
-            def overall(part_done: int, _total: int, before: int = done) -> None:
-                if progress is not None:
-                    progress(before + part_done, total)
-
             want = expected[index] if index < len(expected) else None
-            sha256 = _checked_sha256(part, want.lower() if want is not None else None, overall)
+            sha256 = _checked_sha256(
+                part, want.lower() if want is not None else None, _overall(progress, done, total)
+            )
             parts.append(ModelPart(part.name, part, size, sha256))
             done += size
         same = self._same_content([(p.size_bytes, p.sha256) for p in parts])
@@ -815,14 +815,12 @@ class ModelLibrary:
             expected.append((model.projector.path, model.projector.size_bytes, model.projector.sha256))
         total = sum(size for _, size, _ in expected)
         done = 0
-
-        def overall(part_done: int, _part_total: int) -> None:
-            if progress is not None:
-                progress(done + part_done, total)
-
         try:
             for path, size, sha256 in expected:
-                if path.stat().st_size != size or sha256_file(path, overall) != sha256:
+                if (
+                    path.stat().st_size != size
+                    or sha256_file(path, _overall(progress, done, total)) != sha256
+                ):
                     return False
                 done += size
         except OSError:

@@ -80,6 +80,10 @@ class UpdateReport:
     def update_for(self, name: str) -> ModelUpdate | None:
         return next((u for u in self.updates if u.name == name), None)
 
+    def without(self, name: str) -> UpdateReport:
+        """The report once the model `name` was updated: it lists no update for it."""
+        return replace(self, updates=tuple(u for u in self.updates if u.name != name))
+
 
 @dataclass(frozen=True)
 class UpdateResult:
@@ -295,7 +299,7 @@ def forget_update(home: Path, name: str) -> None:
     """The model was updated: the last check no longer lists it."""
     report = load_report(home)
     if report is not None and report.update_for(name) is not None:
-        save_report(home, replace(report, updates=tuple(u for u in report.updates if u.name != name)))
+        save_report(home, report.without(name))
 
 
 def daily_check_due(home: Path, enabled: bool, now: datetime | None = None) -> bool:

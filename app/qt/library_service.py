@@ -500,7 +500,7 @@ class LibraryService(QObject):
         with self._lock:
             report = self._last_report
             if report is not None:
-                report = replace(report, updates=tuple(u for u in report.updates if u.name != name))
+                report = report.without(name)
                 self._last_report = report
         if report is not None:
             self.updatesChecked.emit(report, False)
