@@ -221,10 +221,18 @@ class Transcript(RowView):
         """New facts about a message (sibling counts, stats, status); its text re-renders only if it
         changed."""
         row = self.row(entry.message_id)
-        if row is None or row.streaming:
+        if row is None:
             return
+        if row.streaming:
+            # A reply still being written shows its live text, newer than the store's. One the store has
+            # finished was shown from a read taken while it was written: the store's copy replaces it.
+            if entry.status == "streaming":
+                return
+            self._dirty.discard(entry.message_id)
+            self._unlink(entry.message_id)
         if (
-            entry.content != row.text
+            row.streaming
+            or entry.content != row.text
             or entry.role != row.role
             or (entry.reasoning or "") != row.reasoning_text
             or entry.tools != row.cards

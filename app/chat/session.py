@@ -172,6 +172,9 @@ class ChatSession:
         self.current_id: int | None = None
         # Bumped on every conversation switch so a slow load for a previous one is dropped.
         self._load_generation = 0
+        # Bumped on every re-read of the open branch: one that arrives after a later one was asked for read
+        # the store before it, maybe while a reply since ended was still being written.
+        self._sync_generation = 0
         self.messages: dict[int, Message] = {}
         self.conversations: dict[int, Conversation] = {}
         self.pending: Request | None = None
@@ -294,9 +297,11 @@ class ChatSession:
         if conversation_id is None:
             return
         generation = self._load_generation
+        self._sync_generation += 1
+        sync = self._sync_generation
 
         def synced(messages: list[Message]) -> None:
-            if generation != self._load_generation or self.live is not None:
+            if generation != self._load_generation or sync != self._sync_generation or self.live is not None:
                 return
             self.messages = {m.id: m for m in messages}
             self.branch_synced.emit(messages)
@@ -521,13 +526,14 @@ class ChatSession:
     # -- the reply, as the chat service reports it ------------------------------------------------
 
     def reply_started(self, conversation_id: int, user_message_id: int, assistant_message_id: int) -> None:
-        if self.live is not None and self.live.conversation_id == conversation_id:
+        tool_round = self.live is not None and self.live.conversation_id == conversation_id
+        if tool_round:
             # The model answers again after its tool calls: the reply before and the results are stored.
             self._end_reply()
-            self.refresh_current()
         request = self.pending or Request("send", conversation_id)
         self.pending = None
-        user_text = request.text if request.kind in ("send", "edit") else None
+        # After a tool round the reply follows the last result, which is no prompt of the user's.
+        user_text = request.text if request.kind in ("send", "edit") and not tool_round else None
         self.live = StreamingReply(conversation_id, user_message_id, user_text, assistant_message_id)
         if self.current_id is None and request.conversation_id is None:
             # Sent from "New chat": the session follows the conversation the service just created.
@@ -541,6 +547,23 @@ class ChatSession:
                     choice.chosen[conversation_id] = sent
                     self._save_choice(choice, conversation_id, sent)
         self.reply_began.emit(ReplyBegan(self.live, request, conversation_id == self.current_id))
+        if tool_round and conversation_id == self.current_id:
+            self._show_tool_results(self.live)
+
+    def _show_tool_results(self, live: StreamingReply) -> None:
+        """Re-read the branch `live` follows (the reply that made the calls, their results) and show it with
+        `live`. A re-read that only arrives once `live` has ended is dropped: it may hold `live` as still
+        being written, and the re-read at its end (refresh_current) follows it."""
+        generation = self._load_generation
+        store = self._store
+
+        def read(messages: list[Message]) -> None:
+            if generation != self._load_generation or self.live is not live:
+                return
+            self.messages = {m.id: m for m in messages}
+            self.branch_loaded.emit(BranchLoaded(live.conversation_id, messages, None, live))
+
+        self._run(lambda: store.list_messages(live.conversation_id), read)
 
     def _streaming(self, assistant_message_id: int) -> LiveReply | None:
         live = self.live

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import threading
 from pathlib import Path
 
+import pytest
 from PySide6.QtWidgets import QTreeWidgetItem
 from pytestqt.qtbot import QtBot
 
-from app.conversations.store import PartInput, ReplyProvenance
+from app.conversations.store import ConversationStore, Message, PartInput, ReplyProvenance
 from app.paths import HearthPaths
 from app.remote.registry import ServerRegistry
 from app.storage.orm import MessageStatus
@@ -98,6 +100,55 @@ def test_a_call_is_asked_about_in_the_window_and_the_reply_follows_its_results(
     assert not card.isVisible()
     assert rows(window)[-1].entry.content == "Results: 42, 2"
     assert rows(window)[2].copy_text == "`add` returned\n\n```\n42\n```"
+
+
+def test_a_reply_after_tool_results_ends_complete_though_the_branch_read_as_it_began_comes_late(
+    gui: GuiSessions,
+    qtbot: QtBot,
+    fault_server: FaultServer,
+    hermetic_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The branch is read again as the model answers the results; a slow read taken while that reply was
+    being written can arrive after the reply ended. The window still ends on the stored conversation."""
+    ServerRegistry(hermetic_home).add("lab", fault_server.url)
+    ToolServerRegistry(hermetic_home).add("maths", stdio_transport())
+    session = gui.open(HearthPaths(hermetic_home), preload_model=False)
+    window = session.window
+    ended = threading.Event()
+    window.session.reply_finished.connect(lambda _finished: ended.set())
+    held = threading.Event()
+    read = ConversationStore.list_messages
+
+    def read_slowly(store: ConversationStore, conversation_id: int) -> list[Message]:
+        messages = read(store, conversation_id)
+        after_results = len(messages) > 1 and messages[-2].role == "tool"
+        written = messages[-1].status == MessageStatus.STREAMING if messages else False
+        if after_results and written and not held.is_set():
+            # Handed back only once the window has heard that this reply ended.
+            held.set()
+            ended.wait(WAIT_MS / 1000)
+        return messages
+
+    monkeypatch.setattr(ConversationStore, "list_messages", read_slowly)
+    qtbot.waitUntil(lambda: window.modelPicker.findData("lab/tools") >= 0, timeout=WAIT_MS)
+    pick(window, "lab/tools")
+    window.chatArea.toolsPicker.fill_menu()
+    next(a for a in window.chatArea.toolsPicker.menu_.actions() if a.text() == "maths").trigger()
+    window.composer.setPlainText("Add them")
+    click(window.sendButton)
+    card = window.chatArea.toolApproval
+    qtbot.waitUntil(card.isVisible, timeout=WAIT_MS)
+    click(card.allowInChatButton)
+    qtbot.waitUntil(lambda: ended.is_set() and not session.services.chat.busy, timeout=WAIT_MS)
+    assert held.is_set(), "no read was taken while the reply after the results was being written"
+    roles = ["user", "assistant", "tool", "tool", "assistant"]
+    qtbot.waitUntil(
+        lambda: [(r.role, r.status) for r in rows(window)] == [(role, "complete") for role in roles],
+        timeout=WAIT_MS,
+    )
+    assert rows(window)[-1].entry.content == "Results: 42, 2"
+    assert not rows(window)[-1].streaming
 
 
 def test_stop_while_a_call_waits_denies_it_and_ends_the_chat(

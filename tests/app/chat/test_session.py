@@ -12,7 +12,7 @@ import pytest
 
 from app.chat.documents import TurnDocuments
 from app.chat.session import BranchLoaded, ChatSession, ReplyBegan, ReplyFailed, ReplyFinished, Request
-from app.conversations.store import Conversation, ConversationStore, Message
+from app.conversations.store import Conversation, ConversationStore, Message, PartInput, ReplyProvenance
 from app.documents.collections import CollectionStore
 from app.documents.index import ChunkIndex
 from app.documents.library import Attachment
@@ -220,6 +220,74 @@ def test_a_slow_load_for_a_conversation_left_meanwhile_is_dropped(
     assert [b.conversation_id for b in heard.of("branch_loaded")] == [second.id]
     assert [c.id for c in heard.of("conversation_loaded")] == [second.id]
     assert session.messages == {}
+
+
+class ReadNow:
+    """Background work done as soon as it is asked for, its result handed to the session when the test
+    drains it: a read that reaches the GUI thread after the chat service's later reports."""
+
+    def __init__(self) -> None:
+        self._results: list[Callable[[], None]] = []
+
+    def __call__(self, fn: Callable[[], T], on_done: Callable[[T], None]) -> None:
+        result = fn()
+        self._results.append(lambda: on_done(result))
+
+    def drain(self) -> None:
+        while self._results:
+            self._results.pop(0)()
+
+
+def _answer_with_a_call(
+    store: ConversationStore, conversation_id: int, reply_id: int, call_id: str
+) -> tuple[int, int]:
+    """What the engine stores for a reply that called a tool, before the model answers again: the reply, the
+    result, and the next reply's streaming row. Returns the result's id and the next reply's."""
+    call = PartInput("tool_call", "add", text='{"a": 2, "b": 40}', call_id=call_id)
+    store.finish_message(reply_id, content="Let me add.", status="complete", tool_calls=[call])
+    result = store.add_tool_result(reply_id, call_id=call_id, tool_name="add", text="42")
+    provenance = ReplyProvenance("starter", None, {}, None)
+    turn = store.begin_turn(
+        conversation_id, prompt=None, after=result.id, system_prompt=None, reply=provenance
+    )
+    return result.id, turn.reply.id
+
+
+def test_the_results_show_with_the_next_reply_and_a_read_from_before_it_ended_is_dropped(
+    store: ConversationStore, settings: SettingsStore, chat: FakeChat
+) -> None:
+    run = ReadNow()
+    session = ChatSession(store, settings, chat, run)
+    session.models_listed(["starter"])
+    shown: list[tuple[str, list[tuple[str, str]], bool]] = []
+    session.branch_loaded.connect(
+        lambda b: shown.append(("loaded", [(m.role, m.status) for m in b.messages], b.live is not None))
+    )
+    session.branch_synced.connect(
+        lambda messages: shown.append(("synced", [(m.role, m.status) for m in messages], False))
+    )
+    began: list[ReplyBegan] = []
+    session.reply_began.connect(began.append)
+    session.send("Add them")
+    conversation_id, _user_id, first = _stream_into_new_chat(session, store, "Add them")
+
+    # In time: the results show while the model answers them, with the reply being written.
+    result, second = _answer_with_a_call(store, conversation_id, first, "c4ll0aaaa")
+    session.reply_started(conversation_id, result, second)
+    assert began[-1].reply.user_text is None, "a tool's result is no prompt of the user's"
+    run.drain()
+    branch = [("user", "complete"), ("assistant", "complete"), ("tool", "complete")]
+    assert shown == [("loaded", [*branch, ("assistant", "streaming")], True)]
+
+    # Late: read while the next reply was written, handed over after it ended; the read at its end wins.
+    shown.clear()
+    result, third = _answer_with_a_call(store, conversation_id, second, "c4ll0bbbb")
+    session.reply_started(conversation_id, result, third)
+    store.finish_message(third, content="It is 42.", status="complete")
+    session.reply_done(third, STATS, "complete")
+    run.drain()
+    assert shown == [("synced", [*branch, *branch[1:], ("assistant", "complete")], False)]
+    assert session.messages[third].status == "complete"
 
 
 def test_settings_edited_before_the_first_message_create_the_chat_and_the_send_waits_for_it(
