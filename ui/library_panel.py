@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSpinBox,
     QSplitter,
+    QStackedWidget,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -34,6 +35,7 @@ from app.errors import HearthError
 from app.library.hub import RepoSummary, check_repo_id
 from app.library.installed import STARTER_SOURCE, InstalledModel
 from app.library.model_ops import DiskUsage, FileFit, RepoAssessment
+from app.library.recommended import RecommendedFit
 from app.library.updates import ModelUpdate, UpdateReport
 from app.model_scan import ScanResult
 from app.qt.library_service import DownloadState, UpdateOutcome
@@ -43,6 +45,7 @@ from inference.estimator import Fit, FitEstimate
 from inference.hardware import HardwareReport
 from ui.dialogs import ConfirmAction, confirm_action
 from ui.library_downloads import DownloadList
+from ui.library_recommended import RecommendedList
 from ui.library_scan import ModelScanDialog, ScanWorker
 from ui.library_widgets import format_bytes, plain_label, push_button
 from ui.model_load_settings import ModelLoadSettingsDialog
@@ -135,6 +138,7 @@ class LibraryPanel(QWidget):
         self.retranslate()
         for state in self._library.downloads():
             self.downloads.show_state(state)
+        self._library.load_recommended()
         if self._library.last_load_report is not None:
             self._on_load_report(*self._library.last_load_report)
         self._library.refresh()
@@ -159,12 +163,18 @@ class LibraryPanel(QWidget):
         search_row.addWidget(self.searchButton)
         search_row.addWidget(self.hubSettingsButton)
         self.resultsTable = _table("resultsTable", 5)
+        # Before any search, and again once the search box is cleared: a place to start.
+        self.recommended = RecommendedList(lambda fit: self._badge(fit, self._theme()), self._theme)
+        self.searchStack = QStackedWidget()
+        self.searchStack.setObjectName("searchStack")
+        self.searchStack.addWidget(self.recommended)
+        self.searchStack.addWidget(self.resultsTable)
         self.searchStatus = plain_label("searchStatus")
         search = QWidget()
         search_layout = QVBoxLayout(search)
         search_layout.setContentsMargins(0, 0, 0, 0)
         search_layout.addLayout(search_row)
-        search_layout.addWidget(self.resultsTable, 1)
+        search_layout.addWidget(self.searchStack, 1)
         search_layout.addWidget(self.searchStatus)
 
         self.vramLabel = QLabel()
@@ -266,11 +276,16 @@ class LibraryPanel(QWidget):
     def _connect(self) -> None:
         self.searchBox.returnPressed.connect(self.search)
         self.searchButton.clicked.connect(self.search)
+        self.searchBox.textChanged.connect(self._on_search_text)
         self.hubSettingsButton.clicked.connect(self.open_settings)
         self.resultsTable.itemSelectionChanged.connect(self._open_selected_repo)
-        self.vramSpin.valueChanged.connect(self._reassess.start)
-        self.ramSpin.valueChanged.connect(self._reassess.start)
+        self.recommended.repoChosen.connect(self._open_chosen_repo)
+        self.recommended.checkButton.clicked.connect(self.check_recommended)
+        # Not connected to start() itself: valueChanged's value would become the timer's interval in ms.
+        self.vramSpin.valueChanged.connect(lambda _value: self._reassess.start())
+        self.ramSpin.valueChanged.connect(lambda _value: self._reassess.start())
         self._reassess.timeout.connect(self._open_repo)
+        self._reassess.timeout.connect(self.recommended.forget_fits)
         self.quantTable.itemSelectionChanged.connect(self._update_buttons)
         self.downloadButton.clicked.connect(self.download_selected)
         self.installedTable.itemSelectionChanged.connect(self._update_buttons)
@@ -288,6 +303,8 @@ class LibraryPanel(QWidget):
 
         service = self._library
         service.searchFinished.connect(self._show_results)
+        service.recommendedListed.connect(self.recommended.show_entries)
+        service.recommendedChecked.connect(self._on_recommended_checked)
         service.repoAssessed.connect(self._show_assessment)
         service.failed.connect(self._on_failed)
         service.downloadChanged.connect(self._on_download)
@@ -369,6 +386,7 @@ class LibraryPanel(QWidget):
 
     def search(self) -> None:
         query = self.searchBox.text().strip()
+        self.searchStack.setCurrentWidget(self.resultsTable)
         self.searchStatus.setText(self.tr("Searching {endpoint}…").format(endpoint=self._endpoint()))
         self._library.search(query)
         if "/" in query and _is_repo_id(query):
@@ -378,6 +396,32 @@ class LibraryPanel(QWidget):
 
     def _endpoint(self) -> str:
         return self._services.settings.hf_endpoint or self.tr("the Hub")
+
+    def _on_search_text(self, text: str) -> None:
+        if not text.strip():
+            self.searchStack.setCurrentWidget(self.recommended)
+            self.searchStatus.setText("")
+
+    def check_recommended(self) -> None:
+        """Ask the Hub for the recommended files' sizes and headers, for the plan the spin boxes say."""
+        self.recommended.set_checking(self._endpoint())
+        self._library.check_recommended(
+            vram_mib=self._override(self.vramSpin), ram_mib=self._override(self.ramSpin)
+        )
+
+    def _on_recommended_checked(
+        self, fits: Sequence[RecommendedFit], plan: tuple[int | None, int | None], complete: bool
+    ) -> None:
+        if plan != (self._override(self.vramSpin), self._override(self.ramSpin)):
+            # For a plan the spin boxes no longer show; a check for the current one follows or is asked for.
+            if complete:
+                self.recommended.show_failure(self.tr("the plan changed while checking."))
+            return
+        self.recommended.show_fits(fits, complete=complete)
+
+    def _open_chosen_repo(self, repo_id: str) -> None:
+        self._opened_repo = repo_id
+        self._open_repo()
 
     def _show_results(self, query: str, results: Sequence[RepoSummary]) -> None:
         table = self.resultsTable
@@ -915,6 +959,8 @@ class LibraryPanel(QWidget):
     def _on_failed(self, operation: str, message: str) -> None:
         if operation == "search":
             self.searchStatus.setText(message)
+        elif operation == "recommended":
+            self.recommended.show_failure(message)
         elif operation == "repo":
             self.repoLabel.setText("")
             self.repoMessage.setText(message)

@@ -45,6 +45,7 @@ from app.library.hub_token import HubToken
 from app.library.installed import InstalledModel
 from app.library.model_ops import assess_listing as assess
 from app.library.model_ops import disk_usage, remove_installed
+from app.library.recommended import RecommendedFits, RecommendedModel, load_recommended
 from app.library.updates import (
     UPDATES_DIR,
     UpdateReport,
@@ -147,7 +148,8 @@ class LibraryService(QObject):
     searchFinished = Signal(str, object)
     # An app.library.model_ops.RepoAssessment; only the latest repo opened is answered.
     repoAssessed = Signal(object)
-    # (operation, message): "search", "repo", "download", "verify", "remove", "models", "token", "switch".
+    # (operation, message): "search", "repo", "download", "verify", "remove", "models", "token", "switch",
+    # "recommended".
     failed = Signal(str, str)
     # list[InstalledModel], after every change to the library; on the GUI thread, never after shutdown
     # (the window answers it by loading the default model through the chat service).
@@ -175,6 +177,12 @@ class LibraryService(QObject):
     updatesChecked = Signal(object, bool)
     # (model name, UpdateOutcome, detail): the new commit when updated, why it stopped otherwise.
     updateFinished = Signal(str, str, str)
+    # tuple[RecommendedModel, ...]: the list shipped with Hearth, read without the network.
+    recommendedListed = Signal(object)
+    # (tuple[RecommendedFit, ...], (vram_mib, ram_mib), complete): the fits for that what-if plan, of the
+    # whole list (complete: the answer to check_recommended) or of the one recommended repo just opened. A
+    # check that cannot start is `failed` with "recommended".
+    recommendedChecked = Signal(object, object, bool)
 
     def __init__(self, core: Core, chat: ChatService, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -197,6 +205,8 @@ class LibraryService(QObject):
         self._checking = False
         self._search_generation = 0
         self._repo_generation = 0
+        self._recommended: tuple[RecommendedModel, ...] | None = None
+        self._recommended_fits = RecommendedFits()
         # Why the last load of each model failed: written on the inference thread, cleared by a new switch.
         self._load_failures: dict[str, str] = {}
         # (model name, predicted vs actual memory) of the latest load, for a panel opened after it.
@@ -232,8 +242,43 @@ class LibraryService(QObject):
             assessment = assess(hub, listing, context=context, vram_mib=vram_mib, ram_mib=ram_mib)
             if generation == self._repo_generation:
                 self.repoAssessed.emit(assessment)
+            # Opening a recommended repo answers for its entry in the list too.
+            found = self._recommended_fits.remember(
+                hub.endpoint, self._recommended or (), assessment, vram_mib=vram_mib, ram_mib=ram_mib
+            )
+            if found is not None:
+                self.recommendedChecked.emit((found,), (vram_mib, ram_mib), False)
 
         self._submit(self._hub_pool, "repo", work)
+
+    def load_recommended(self) -> None:
+        """Report the recommended models shipped with Hearth (read once a session; no network)."""
+
+        def work() -> None:
+            if self._recommended is None:
+                self._recommended = load_recommended()
+            self.recommendedListed.emit(self._recommended)
+
+        self._submit(self._disk, "recommended", work)
+
+    def check_recommended(self, *, vram_mib: int | None = None, ram_mib: int | None = None) -> None:
+        """The size and fit of every recommended model's suggested file, from the Hub (the remote headers),
+        for this machine or the what-if one given; what this session already found is not asked again."""
+
+        def work() -> None:
+            entries = self._recommended
+            if entries is None:
+                entries = self._recommended = load_recommended()
+            fits = self._recommended_fits.check(
+                self._hub(),
+                entries,
+                context=self._core.settings.context_length,
+                vram_mib=vram_mib,
+                ram_mib=ram_mib,
+            )
+            self.recommendedChecked.emit(fits, (vram_mib, ram_mib), True)
+
+        self._submit(self._hub_pool, "recommended", work)
 
     # -- downloads --------------------------------------------------------------------------------
 
