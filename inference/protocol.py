@@ -202,6 +202,9 @@ class LoadPlan:
     main_gpu: int | None = None
     tensor_split: tuple[float, ...] | None = None
     use_mlock: bool = False  # keep the weights in RAM (mlock), never paged out
+    # Prompt-lookup speculative decoding (inference.prompt_lookup): up to this many tokens guessed per step;
+    # 0: plain decoding.
+    draft_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,9 @@ class Loaded:
     # (inference.ggml_backends).
     cpu_kernels: str = ""
     cpu_kernels_reason: str = ""
+    # The longest guess prompt lookup makes with this model here (LoadPlan.draft_tokens, cut to what decodes
+    # exactly as plain decoding: inference.runner._exact_guess_limit); 0: plain decoding.
+    draft_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -293,6 +299,10 @@ class GenerationStats:
     tokens_per_second: float
     stop_reason: StopReason
     seed: int | None  # None: a remote server chose its own and did not say
+    # Prompt-lookup speculative decoding (LoadPlan.draft_tokens): tokens guessed, and how many of them the
+    # model's own sampling confirmed.
+    drafted_tokens: int = 0
+    accepted_draft_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import dataclasses
 import faulthandler
 import logging
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -28,6 +29,7 @@ from inference.ggml_backends import CpuKernels, load_backends
 from inference.gguf import GGUFError, GGUFHeader, read_header
 from inference.llama_memory import LlamaLog, gpu_used_bytes
 from inference.projector import projector_problem
+from inference.prompt_lookup import PromptLookup
 from inference.protocol import (
     ChatMessage,
     CheckingTemplate,
@@ -72,6 +74,14 @@ PENALTY_LAST_N = 64
 # Where an image goes in a prompt's tokens (no token has a negative id), and what the KV cache holds after
 # a prompt with images: a prefix no later prompt can share, so it is decoded from the start.
 IMAGE_SLOT = -1
+# Prompt lookup (_Drafts): the share of guessed tokens taken to be kept before any is checked, how fast the
+# measured share follows each check, how fast it drifts back while nothing is guessed, and how fast the
+# decode times follow each measurement.
+KEPT_PRIOR = 0.6
+KEPT_SMOOTHING = 0.3
+KEPT_RECOVERY = 0.05
+# How many decodes of one token, and of a token with a guess, _GuessCosts times before fixing each cost.
+TIMED_DECODES = 5
 
 
 class StopWindow:
@@ -118,11 +128,49 @@ class _Model:
     # The tokens whose keys and values the context's KV cache holds (sequence 0), in order.
     cached: list[int] = field(default_factory=list)
     vision: Vision | None = None  # with a multimodal projector
+    # The cache can drop its newest positions: not a recurrent or hybrid model, whose state only goes forward
+    # (rejected draft tokens could not be taken back out of it).
+    rewindable: bool = True
+    # The most tokens prompt lookup guesses per step (LoadPlan.draft_tokens); 0: plain decoding.
+    draft_tokens: int = 0
+    guess_costs: _GuessCosts = field(default_factory=lambda: _GuessCosts())
 
     def close(self) -> None:
         if self.vision is not None:
             self.vision.close()
         self.llm.close()
+
+
+@dataclass
+class _GuessCosts:
+    """What a decode costs with this model here, for _Drafts: the median of its first TIMED_DECODES timings,
+    then fixed for as long as the model stays loaded. Guess lengths decide which positions share a batch,
+    and past some depth a batch rounds differently from single tokens: costs that kept changing would make
+    the same seed give another reply."""
+
+    one_token: list[float] = field(default_factory=list)
+    per_guessed_token: list[float] = field(default_factory=list)
+
+    @property
+    def one_token_s(self) -> float | None:
+        return _fixed(self.one_token)
+
+    @property
+    def per_guessed_token_s(self) -> float | None:
+        return _fixed(self.per_guessed_token)
+
+    def timed(self, guessed: int, seconds: float) -> None:
+        if not guessed:
+            if len(self.one_token) < TIMED_DECODES:
+                self.one_token.append(seconds)
+            return
+        one_token = self.one_token_s
+        if one_token is not None and len(self.per_guessed_token) < TIMED_DECODES:
+            self.per_guessed_token.append(max(0.0, seconds - one_token) / guessed)
+
+
+def _fixed(timings: list[float]) -> float | None:
+    return statistics.median(timings) if len(timings) >= TIMED_DECODES else None
 
 
 def _disable_llama_cpp_template_compilation() -> None:
@@ -258,7 +306,11 @@ class Runner:
             add_bos=model.add_bos_token(),
             vocab=vocab,
             vision=vision,
+            rewindable=not llama_cpp.llama_model_is_recurrent(model.model)
+            and not llama_cpp.llama_model_is_hybrid(model.model),
         )
+        if self._model.rewindable:
+            self._model.draft_tokens = plan.draft_tokens
         # Template code from the model file runs from here on: the client's prompt watchdog takes over.
         self._send(CheckingTemplate())
         probe = render_chat(self._model.template, ())
@@ -282,6 +334,7 @@ class Runner:
                 host_expert_tensors=len(overridden_tensors(buffers.text)),
                 cpu_kernels=kernels.variant,
                 cpu_kernels_reason=kernels.reason,
+                draft_tokens=self._model.draft_tokens,
             )
         )
 
@@ -376,9 +429,14 @@ class Runner:
         ctx = llm.ctx
         sampler = _sampler_chain(sampling, seed, llm.n_vocab())
         one = (llama_cpp.llama_token * 1)()
+        drafts = _Drafts(model, tokens) if model.draft_tokens and not images else None
+        # Tokens decoded after the newest reply token on a draft's guess; each is kept only if sampling its
+        # position gives it, so the reply is the one plain decoding gives.
+        guessed: list[int] = []
+        logits_at = -1
         try:
             while True:
-                token = llama_cpp.llama_sampler_sample(sampler, ctx, -1)
+                token = llama_cpp.llama_sampler_sample(sampler, ctx, logits_at)
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                 if not sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(vocab, token):
@@ -404,13 +462,36 @@ class Runner:
                     pending.clear()
                     pending_tokens = 0
                     last_flush = now
-                one[0] = token
-                if llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(one, 1)) != 0:
+                if drafts is None:
+                    one[0] = token
+                    if llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(one, 1)) != 0:
+                        reason = StopReason.CONTEXT_FULL
+                        break
+                    model.cached.append(token)
+                    continue
+                drafts.add(token)
+                if guessed and guessed[0] == token:
+                    # Already in the cache, and so are the logits of the position after it.
+                    model.cached.append(guessed.pop(0))
+                    drafts.kept(hit=True)
+                    logits_at += 1
+                    continue
+                if guessed:
+                    drafts.kept(hit=False)
+                    drafts.forget(len(model.cached))
+                guessed = drafts.guess(budget - produced - 1, llm.n_ctx() - len(model.cached) - 1)
+                if not drafts.decode(token, guessed, len(model.cached)):
                     reason = StopReason.CONTEXT_FULL
                     break
                 model.cached.append(token)
+                logits_at = 0 if guessed else -1
         finally:
             llama_cpp.llama_sampler_free(sampler)
+            if drafts is not None:
+                # A guess not yet checked, or a batch that failed part way, leaves positions past what
+                # model.cached says the cache holds.
+                drafts.forget(len(model.cached))
+                drafts.close()
         if reason is not StopReason.STOP_STRING:
             pending.append(window.flush() + decoder.decode(b"", final=True))
         if pending or pending_tokens:
@@ -432,9 +513,116 @@ class Runner:
                     else 0.0,
                     stop_reason=reason,
                     seed=seed,
+                    drafted_tokens=drafts.drafted if drafts is not None else 0,
+                    accepted_draft_tokens=drafts.accepted if drafts is not None else 0,
                 ),
             )
         )
+
+
+class _Drafts:
+    """Prompt-lookup speculative decoding for one reply (inference.prompt_lookup): a guess of the next
+    tokens decoded in one batch with the token before them, each kept only if sampling its position gives
+    it.
+
+    A guess pays when the batch costs less than the tokens it saves. On a GPU, or a large model whose
+    weights stream from memory, a batch of ten costs about what one token costs; a small model on a few CPU
+    cores is compute-bound, and a batch costs nearly a token's time per token. So guesses are as long as
+    they are worth, by the decode costs measured with this model (_GuessCosts) and the share of guessed
+    tokens kept so far in this reply: the length that gives the most expected tokens per second, down to
+    none.
+    """
+
+    def __init__(self, model: _Model, prompt: list[int]) -> None:
+        import llama_cpp
+
+        self._history = list(prompt)
+        self._lookup: PromptLookup | None = None
+        self.drafted = 0
+        self.accepted = 0
+        self._ctx = model.llm.ctx
+        self._limit = model.draft_tokens
+        self._batch = llama_cpp.llama_batch_init(self._limit + 1, 0, 1)
+        self._costs = model.guess_costs
+        self._kept = KEPT_PRIOR
+
+    def add(self, token: int) -> None:
+        if self._lookup is None:
+            self._history.append(token)
+        else:
+            self._lookup.append(token)
+
+    def guess(self, budget: int, room: int) -> list[int]:
+        """The next tokens as the conversation so far suggests them, as many as are worth decoding, no more
+        than the reply may still produce after the next one (`budget`) or the context still holds
+        (`room`)."""
+        if self._lookup is None:
+            # Indexed once the first reply token is out: a long prompt's index is not in the time to it.
+            self._lookup = PromptLookup(self._history)
+        found = self._lookup.draft(min(self._limit, budget, room))
+        guessed = found[: self._worth(len(found))]
+        if found and not guessed:
+            # Without guesses the kept share is never measured again: it drifts back to the prior, so that
+            # a stretch of copying later in the reply is still found.
+            self._kept += (KEPT_PRIOR - self._kept) * KEPT_RECOVERY
+        self.drafted += len(guessed)
+        return guessed
+
+    def _worth(self, found: int) -> int:
+        one_token, per_guessed_token = self._costs.one_token_s, self._costs.per_guessed_token_s
+        if one_token is None:
+            return 0  # the first steps decode their token alone, to time it
+        if per_guessed_token is None:
+            return found  # then whole guesses, to time them
+        best_length, best_rate = 0, 1 / one_token
+        expected, chance = 1.0, 1.0
+        for length in range(1, found + 1):
+            chance *= self._kept
+            expected += chance
+            rate = expected / (one_token + length * per_guessed_token)
+            if rate > best_rate:
+                best_length, best_rate = length, rate
+        return best_length
+
+    def kept(self, hit: bool) -> None:
+        """One guessed token checked: kept (`hit`), or not."""
+        self._kept += ((1.0 if hit else 0.0) - self._kept) * KEPT_SMOOTHING
+        if hit:
+            self.accepted += 1
+
+    def decode(self, token: int, guessed: list[int], position: int) -> bool:
+        """`token` at `position` and the guess after it, with logits for each; False when the context
+        has no room for them."""
+        started = time.perf_counter()
+        decoded = _decode_every(self._ctx, self._batch, [token, *guessed], position)
+        self._costs.timed(len(guessed), time.perf_counter() - started)
+        return decoded
+
+    def forget(self, position: int) -> None:
+        """Drop the rejected guess: every position from `position` on."""
+        import llama_cpp
+
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx), 0, position, -1)
+
+    def close(self) -> None:
+        import llama_cpp
+
+        llama_cpp.llama_batch_free(self._batch)
+
+
+def _decode_every(ctx: Any, batch: Any, tokens: list[int], position: int) -> bool:
+    """Decode `tokens` at positions from `position` in `batch` (allocated for at least as many), keeping
+    the logits of each; False when llama.cpp refuses them (no room in the context)."""
+    import llama_cpp
+
+    batch.n_tokens = len(tokens)
+    for i, token in enumerate(tokens):
+        batch.token[i] = token
+        batch.pos[i] = position + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = True
+    return bool(llama_cpp.llama_decode(ctx, batch) == 0)
 
 
 def _reuse_prefix(model: _Model, tokens: list[int]) -> int:

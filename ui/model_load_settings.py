@@ -109,6 +109,8 @@ class ModelLoadSettingsDialog(QDialog):
         self.threadsSpin = self._spin("threads", AUTOMATIC, MAX_THREADS)
         self.mlockCheck = QCheckBox()
         self.mlockCheck.setObjectName("mlock")
+        self.promptLookupCheck = QCheckBox()
+        self.promptLookupCheck.setObjectName("promptLookup")
         self.contextSpin = self._spin("contextLength", AUTOMATIC, MAX_CONTEXT_LENGTH)
         self.contextSpin.setSingleStep(1024)
 
@@ -123,6 +125,7 @@ class ModelLoadSettingsDialog(QDialog):
             ("threads", self.threadsSpin),
             ("mlock", self.mlockCheck),
             ("context", self.contextSpin),
+            ("lookup", self.promptLookupCheck),
         ):
             label = QLabel()
             label.setBuddy(widget)
@@ -173,6 +176,7 @@ class ModelLoadSettingsDialog(QDialog):
         self.tensorSplitEdit.textChanged.connect(self._changed)
         self.threadsSpin.valueChanged.connect(self._changed)
         self.mlockCheck.toggled.connect(self._changed)
+        self.promptLookupCheck.toggled.connect(self._changed)
         self.contextSpin.valueChanged.connect(self._changed)
         self._plan_timer.timeout.connect(self._plan)
         self.resetButton.clicked.connect(self.reset)
@@ -190,6 +194,7 @@ class ModelLoadSettingsDialog(QDialog):
             "threads": self.tr("T&hreads"),
             "mlock": self.tr("Memory &lock"),
             "context": self.tr("&Context length"),
+            "lookup": self.tr("&Prompt lookup"),
         }
         for key, text in labels.items():
             self._labels[key].setText(text)
@@ -210,6 +215,16 @@ class ModelLoadSettingsDialog(QDialog):
             self.tr("CPU threads; Automatic: the global setting, else the physical cores")
         )
         self.mlockCheck.setText(self.tr("Keep the weights in RAM, never paged out"))
+        self.promptLookupCheck.setText(self.tr("Guess the next words from the conversation"))
+        self.promptLookupCheck.setToolTip(
+            self.tr(
+                "Speculative decoding: words the reply repeats from the conversation (code given back with "
+                "a change, quotes, names) are checked several at a time, which is faster where a batch costs "
+                "little more than one token (a GPU, a large model). Guesses shorten or stop when they do "
+                "not pay. Replies stay the model's own, up to the rounding of batched arithmetic. Turns "
+                "flash attention on when it is Auto."
+            )
+        )
         self.contextSpin.setSpecialValueText(self.tr("Automatic"))
         self.contextSpin.setSuffix(self.tr(" tokens"))
         self.contextSpin.setToolTip(self.tr("A conversation's own context length still wins"))
@@ -266,6 +281,7 @@ class ModelLoadSettingsDialog(QDialog):
             self.threadsSpin,
             self.mlockCheck,
             self.contextSpin,
+            self.promptLookupCheck,
         )
         for widget in widgets:
             widget.blockSignals(True)
@@ -283,6 +299,7 @@ class ModelLoadSettingsDialog(QDialog):
             self.threadsSpin.setMaximum(max(logical, settings.threads or 0))
             self.threadsSpin.setValue(settings.threads or AUTOMATIC)
             self.mlockCheck.setChecked(settings.mlock)
+            self.promptLookupCheck.setChecked(settings.prompt_lookup)
             self.contextSpin.setValue(settings.context_length or AUTOMATIC)
         finally:
             for widget in widgets:
@@ -342,6 +359,7 @@ class ModelLoadSettingsDialog(QDialog):
             "threads": self.threadsSpin.value() or None,
             "mlock": self.mlockCheck.isChecked(),
             "context_length": self.contextSpin.value() or None,
+            "prompt_lookup": self.promptLookupCheck.isChecked(),
         }
         try:
             settings = with_values(ModelLoadSettings(), values)
@@ -413,6 +431,13 @@ class ModelLoadSettingsDialog(QDialog):
                 total=format_bytes(_predicted_total(plan)),
                 kv_bytes=format_bytes(plan.predicted_bytes.get("kv", 0)),
                 fit=self.tr("fits") if fits else self.tr("may not fit"),
+            )
+            + (
+                self.tr(" Prompt lookup guesses up to {count} tokens at a time.").format(
+                    count=plan.draft_tokens
+                )
+                if plan.draft_tokens
+                else ""
             )
         )
         self.reasonLabel.setText(self.tr("Why: {reason}").format(reason=plan.reason))

@@ -363,7 +363,13 @@ class ChatEngine:
             backend, why = llama_backend()
             return ModelStatus(None, ModelState.UNLOADED, backend, f"{backend} · no model loaded", why)
         plan = self._client.plan
-        notes = (self._memory_note, loaded.template_note, self._client.kernel_note)
+        lookup_note = (
+            "Prompt lookup is off for this model: its state (a recurrent model's) cannot take back a "
+            "guess that turned out wrong."
+            if plan is not None and plan.draft_tokens and not loaded.draft_tokens
+            else ""
+        )
+        notes = (self._memory_note, loaded.template_note, self._client.kernel_note, lookup_note)
         return ModelStatus(
             model.name,
             ModelState.READY,

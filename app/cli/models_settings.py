@@ -36,6 +36,9 @@ Settings (KEY= or --reset KEY puts one back to automatic):
   threads          CPU threads (automatic: the global setting, else the physical cores)
   mlock            true keeps the weights in RAM, never paged out
   context_length   tokens (a conversation's own setting still wins)
+  prompt_lookup    true guesses the next tokens from the conversation (speculative decoding): faster
+                   replies that repeat it, where a batch costs little more than one token; turns flash
+                   attention on when it is auto
 The model is loaded with them at its next turn.
 """
 
@@ -140,6 +143,7 @@ def _plan_json(plan: LoadPlan) -> dict[str, Any]:
         "main_gpu": plan.main_gpu,
         "tensor_split": list(plan.tensor_split) if plan.tensor_split is not None else None,
         "mlock": plan.use_mlock,
+        "draft_tokens": plan.draft_tokens,
         "predicted_bytes": plan.predicted_bytes,
         "predicted_total_bytes": _predicted_total(plan),
         "reason": plan.reason,
@@ -153,4 +157,5 @@ def _plan_line(plan: LoadPlan) -> str:
         f"{plan.n_ctx:,}-token context, {layers}, KV cache {plan.kv_type}, flash attention {flash}, "
         f"{plan.n_threads} threads, predicted {_predicted_total(plan) / (1 << 20):,.0f} MiB"
         f" (KV cache {plan.predicted_bytes.get('kv', 0) / (1 << 20):,.0f} MiB)"
+        + (f", prompt lookup up to {plan.draft_tokens} tokens" if plan.draft_tokens else "")
     )

@@ -26,6 +26,9 @@ KV_CACHE_CHOICES: Final = tuple(KV_CACHE_TYPES)
 # Beyond any context a GGUF model is trained for today; the estimator's own upper bound (1 << 20).
 MAX_CONTEXT_LENGTH: Final = 1 << 20
 MAX_THREADS: Final = 1024
+# The longest guess prompt lookup makes; the runner shortens its guesses to what its measured decode times
+# make worth it (inference.runner._Drafts), so this only bounds the batch it allocates.
+PROMPT_LOOKUP_TOKENS: Final = 12
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,9 @@ class ModelLoadSettings:
     threads: int | None = None  # None: the global setting, else the physical cores
     mlock: bool = False
     context_length: int | None = None  # None: the conversation's, or the global setting
+    # Prompt-lookup speculative decoding (inference.prompt_lookup): faster replies that repeat the
+    # conversation, such as code given back with a change.
+    prompt_lookup: bool = False
 
     @property
     def automatic(self) -> bool:
@@ -117,12 +123,12 @@ def parse_value(key: str, text: str) -> object:
         return text
     if key == "gpu_layers" and text == "auto":
         return text
-    if key == "mlock":
+    if key in ("mlock", "prompt_lookup"):
         if text.lower() in ("true", "on", "yes", "1"):
             return True
         if text.lower() in ("false", "off", "no", "0"):
             return False
-        raise HearthError(f"mlock must be true or false, not {text!r}.")
+        raise HearthError(f"{key} must be true or false, not {text!r}.")
     if key == "tensor_split":
         try:
             return [float(share) for share in text.split(",")]
@@ -167,10 +173,10 @@ def _checked(key: str, value: object) -> object:
         if value is None or (_is_int(value) and 1 <= value <= MAX_THREADS):  # type: ignore[operator]
             return value
         raise HearthError(f"threads must be a number from 1 to {MAX_THREADS}.")
-    if key == "mlock":
+    if key in ("mlock", "prompt_lookup"):
         if isinstance(value, bool):
             return value
-        raise HearthError("mlock must be true or false.")
+        raise HearthError(f"{key} must be true or false.")
     if value is None or (_is_int(value) and 1 <= value <= MAX_CONTEXT_LENGTH):  # type: ignore[operator]
         return value
     raise HearthError(f"context_length must be a number of tokens from 1 to {MAX_CONTEXT_LENGTH:,}.")
@@ -273,6 +279,10 @@ def plan_model_load(
     """The plan a load of this model uses now: its settings win over the global ones, and each automatic
     one leaves the choice to inference.planner as before. The plan's reason says which were set."""
     flash = {"auto": None, "on": True, "off": False}[settings.flash_attention]
+    if settings.prompt_lookup and flash is None:
+        # With flash attention ggml's CPU kernels give a guessed batch the logits each token gets alone, at
+        # least within the first 256 positions (bench/speculative.py); without it, never.
+        flash = True
     plan = plan_load(
         model_path,
         header,
@@ -289,6 +299,8 @@ def plan_model_load(
         tensor_split=settings.tensor_split,
         use_mlock=settings.mlock,
     )
+    if settings.prompt_lookup:
+        plan = replace(plan, draft_tokens=PROMPT_LOOKUP_TOKENS)
     if settings.automatic:
         return plan
     return replace(plan, reason=f"{plan.reason}; set for this model: {settings.describe()}")

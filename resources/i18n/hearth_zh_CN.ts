@@ -939,6 +939,10 @@
         <translation>Hub</translation>
     </message>
     <message>
+        <source>the plan changed while checking.</source>
+        <translation>检查期间计划已更改。</translation>
+    </message>
+    <message>
         <source>gated</source>
         <translation>需授权</translation>
     </message>
@@ -1554,6 +1558,10 @@
         <translation>上下文长度(&amp;C)</translation>
     </message>
     <message>
+        <source>&amp;Prompt lookup</source>
+        <translation>提示词查找(&amp;P)</translation>
+    </message>
+    <message>
         <source>Automatic</source>
         <translation>自动</translation>
     </message>
@@ -1588,6 +1596,14 @@
     <message>
         <source>Keep the weights in RAM, never paged out</source>
         <translation>将权重保留在内存中，永不换出</translation>
+    </message>
+    <message>
+        <source>Guess the next words from the conversation</source>
+        <translation>根据对话猜测接下来的词</translation>
+    </message>
+    <message>
+        <source>Speculative decoding: words the reply repeats from the conversation (code given back with a change, quotes, names) are checked several at a time, which is faster where a batch costs little more than one token (a GPU, a large model). Guesses shorten or stop when they do not pay. Replies stay the model&apos;s own, up to the rounding of batched arithmetic. Turns flash attention on when it is Auto.</source>
+        <translation>推测解码：回复中重复对话内容的词（稍作修改后返回的代码、引文、名称）会一次检查多个，在一批的开销仅略高于一个词元时（GPU、大模型）更快。猜测不划算时会缩短或停止。回复仍是模型自己的，仅受批量运算舍入的影响。闪电注意力为“自动”时会将其打开。</translation>
     </message>
     <message>
         <source> tokens</source>
@@ -1672,6 +1688,10 @@
     <message>
         <source>may not fit</source>
         <translation>可能放不下</translation>
+    </message>
+    <message>
+        <source> Prompt lookup guesses up to {count} tokens at a time.</source>
+        <translation> 提示词查找每次最多猜测 {count} 个词元。</translation>
     </message>
     <message>
         <source>Why: {reason}</source>
@@ -1865,6 +1885,109 @@
     <message>
         <source>Copy</source>
         <translation>复制</translation>
+    </message>
+</context>
+<context>
+    <name>RecommendedList</name>
+    <message>
+        <source>Recommended models to start with</source>
+        <translation>推荐的入门模型</translation>
+    </message>
+    <message>
+        <source>Checking…</source>
+        <translation>正在检查…</translation>
+    </message>
+    <message>
+        <source>Check sizes and fit</source>
+        <translation>检查大小和适配</translation>
+    </message>
+    <message>
+        <source>Ask the Hub for each suggested file&apos;s size and read its header to see how it fits</source>
+        <translation>向 Hub 查询每个建议文件的大小并读取其文件头，以了解是否适配</translation>
+    </message>
+    <message>
+        <source>Model</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>Good for</source>
+        <translation>适合</translation>
+    </message>
+    <message>
+        <source>Fit</source>
+        <translation>适配</translation>
+    </message>
+    <message>
+        <source>File</source>
+        <translation>文件</translation>
+    </message>
+    <message>
+        <source>Licence</source>
+        <translation>许可证</translation>
+    </message>
+    <message>
+        <source>The list of recommended models could not be read; search the Hub.</source>
+        <translation>无法读取推荐模型列表；请搜索 Hub。</translation>
+    </message>
+    <message>
+        <source>Reading the sizes and GGUF headers of the suggested files from {endpoint}…</source>
+        <translation>正在从 {endpoint} 读取建议文件的大小和 GGUF 文件头…</translation>
+    </message>
+    <message>
+        <source>Could not check sizes and fit: {reason} The list is still here; try again later.</source>
+        <translation>无法检查大小和适配：{reason} 列表仍在；请稍后重试。</translation>
+    </message>
+    <message>
+        <source>The plan changed; check sizes and fit again to regroup the list.</source>
+        <translation>计划已更改；请再次检查大小和适配以重新分组列表。</translation>
+    </message>
+    <message>
+        <source>Checked all {n} suggested files.</source>
+        <translation>已检查全部 {n} 个建议文件。</translation>
+    </message>
+    <message>
+        <source>Checked {ok} of {n} suggested files; {failed} could not be checked: {reason}</source>
+        <translation>已检查 {n} 个建议文件中的 {ok} 个；{failed} 个无法检查：{reason}</translation>
+    </message>
+    <message>
+        <source>Fits on the GPU</source>
+        <translation>可完全放入 GPU</translation>
+    </message>
+    <message>
+        <source>Partly on the GPU</source>
+        <translation>部分在 GPU 上</translation>
+    </message>
+    <message>
+        <source>Runs in system memory (CPU only)</source>
+        <translation>在系统内存中运行（仅 CPU）</translation>
+    </message>
+    <message>
+        <source>Too large for this machine</source>
+        <translation>对本机来说太大</translation>
+    </message>
+    <message>
+        <source>Fit not known</source>
+        <translation>适配情况未知</translation>
+    </message>
+    <message>
+        <source>Sizes and fit not checked yet</source>
+        <translation>尚未检查大小和适配</translation>
+    </message>
+    <message>
+        <source>{group} ({n})</source>
+        <translation>{group}（{n}）</translation>
+    </message>
+    <message>
+        <source>Could not check</source>
+        <translation>无法检查</translation>
+    </message>
+    <message>
+        <source>Not checked</source>
+        <translation>未检查</translation>
+    </message>
+    <message>
+        <source>{quant} · {size}</source>
+        <translation>{quant} · {size}</translation>
     </message>
 </context>
 <context>

