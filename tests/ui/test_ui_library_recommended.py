@@ -17,8 +17,9 @@ from app.paths import HearthPaths
 from app.settings import Settings, save_settings
 from tests.helpers.hubserver import HubServer, ServedFile
 from tests.helpers.model_shapes import llama3_8b_file
-from tests.helpers.ui_fixtures import GuiSession, GuiSessions, click
-from ui.library_panel import LibraryDialog, LibraryPanel
+from tests.helpers.ui_fixtures import GuiSessions, click
+from tests.ui.test_ui_library import open_library
+from ui.library_panel import LibraryPanel
 from ui.library_widgets import format_bytes
 
 pytestmark = pytest.mark.gui
@@ -63,14 +64,6 @@ def curated(
 
 
 # -- driving the panel ---------------------------------------------------------------------------
-
-
-def open_library(qtbot: QtBot, session: GuiSession) -> LibraryPanel:
-    session.window.modelsAction.trigger()
-    dialog = session.window.findChild(LibraryDialog)
-    assert dialog is not None
-    qtbot.waitExposed(dialog)
-    return dialog.panel
 
 
 def groups(tree: QTreeWidget) -> dict[str, list[str]]:

@@ -23,7 +23,8 @@ from app.settings import Settings, load_settings, save_settings
 from tests.helpers.gguf_factory import TensorSpec, gguf_bytes
 from tests.helpers.hubserver import HubServer, ServedFile, ServedRepo
 from tests.helpers.ui_fixtures import GuiSession, GuiSessions, click
-from ui.library_panel import DATA_ROLE, LibraryDialog, LibraryPanel
+from tests.ui.test_ui_library import open_library
+from ui.library_panel import DATA_ROLE, LibraryPanel
 from ui.theme import resolve_theme
 
 pytestmark = pytest.mark.gui
@@ -58,14 +59,6 @@ def repo(hub: HubServer) -> ServedRepo:
     served = hub.add_repo(REPO, [tiny_model()])
     assert cli_main(["models", "download", REPO, "--endpoint", hub.url]) == 0
     return served
-
-
-def open_library(qtbot: QtBot, session: GuiSession) -> LibraryPanel:
-    session.window.modelsAction.trigger()
-    dialog = session.window.findChild(LibraryDialog)
-    assert dialog is not None
-    qtbot.waitExposed(dialog)
-    return dialog.panel
 
 
 def installed(session: GuiSession) -> InstalledModel:

@@ -21,6 +21,8 @@ from app.tools.config import ToolServerRegistry
 from tests.helpers.mcp_tool_server import stdio_transport
 from tests.helpers.openai_peer import FaultServer
 from tests.helpers.ui_fixtures import GuiSessions, click, click_conversation, pick, rows, titles
+from ui.main_window import MainWindow
+from ui.tool_widgets import ToolApprovalCard
 from ui.tools_panel import ToolsDialog
 
 WAIT_MS = 30_000
@@ -102,6 +104,20 @@ def test_a_call_is_asked_about_in_the_window_and_the_reply_follows_its_results(
     assert rows(window)[2].copy_text == "`add` returned\n\n```\n42\n```"
 
 
+def ask_with_maths(qtbot: QtBot, window: MainWindow) -> ToolApprovalCard:
+    """The test server's "tools" model, with the maths server turned on for the chat, asked to add: its
+    first call waits for the user's answer on the card returned."""
+    qtbot.waitUntil(lambda: window.modelPicker.findData("lab/tools") >= 0, timeout=WAIT_MS)
+    pick(window, "lab/tools")
+    window.chatArea.toolsPicker.fill_menu()
+    next(a for a in window.chatArea.toolsPicker.menu_.actions() if a.text() == "maths").trigger()
+    window.composer.setPlainText("Add them")
+    click(window.sendButton)
+    card = window.chatArea.toolApproval
+    qtbot.waitUntil(card.isVisible, timeout=WAIT_MS)
+    return card
+
+
 def test_a_reply_after_tool_results_ends_complete_though_the_branch_read_as_it_began_comes_late(
     gui: GuiSessions,
     qtbot: QtBot,
@@ -131,14 +147,7 @@ def test_a_reply_after_tool_results_ends_complete_though_the_branch_read_as_it_b
         return messages
 
     monkeypatch.setattr(ConversationStore, "list_messages", read_slowly)
-    qtbot.waitUntil(lambda: window.modelPicker.findData("lab/tools") >= 0, timeout=WAIT_MS)
-    pick(window, "lab/tools")
-    window.chatArea.toolsPicker.fill_menu()
-    next(a for a in window.chatArea.toolsPicker.menu_.actions() if a.text() == "maths").trigger()
-    window.composer.setPlainText("Add them")
-    click(window.sendButton)
-    card = window.chatArea.toolApproval
-    qtbot.waitUntil(card.isVisible, timeout=WAIT_MS)
+    card = ask_with_maths(qtbot, window)
     click(card.allowInChatButton)
     qtbot.waitUntil(lambda: ended.is_set() and not session.services.chat.busy, timeout=WAIT_MS)
     assert held.is_set(), "no read was taken while the reply after the results was being written"
@@ -158,14 +167,7 @@ def test_stop_while_a_call_waits_denies_it_and_ends_the_chat(
     ToolServerRegistry(hermetic_home).add("maths", stdio_transport())
     session = gui.open(HearthPaths(hermetic_home), preload_model=False)
     window = session.window
-    qtbot.waitUntil(lambda: window.modelPicker.findData("lab/tools") >= 0, timeout=WAIT_MS)
-    pick(window, "lab/tools")
-    window.chatArea.toolsPicker.fill_menu()
-    next(a for a in window.chatArea.toolsPicker.menu_.actions() if a.text() == "maths").trigger()
-    window.composer.setPlainText("Add them")
-    click(window.sendButton)
-    card = window.chatArea.toolApproval
-    qtbot.waitUntil(card.isVisible, timeout=WAIT_MS)
+    card = ask_with_maths(qtbot, window)
     click(window.chatArea.stopButton)
     qtbot.waitUntil(lambda: not card.isVisible() and not session.services.chat.busy, timeout=WAIT_MS)
     # The stored turn is read back once the reply ends.
