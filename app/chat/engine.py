@@ -293,6 +293,7 @@ class ChatEngine:
         self._model: InstalledModel | None = None
         self._context_length: int | None = None  # what the loaded model was asked for (the plan may cap it)
         self._memory_note = ""  # what the load gave up because memory ran out, said to the user
+        self._loading = False  # a load is under way (read from the local API's threads)
         # Declared by the loaded model's template; None when it names none.
         self._reasoning_markers: ReasoningMarkers | None = None
         # How the loaded vision model's projector resizes pictures, read from its header at load.
@@ -421,7 +422,11 @@ class ChatEngine:
         notify = callbacks.model_status if callbacks else (lambda _status: None)
         notify(ModelStatus(model.name, ModelState.LOADING, backend, f"Loading {model.name}…", plan.reason))
         self._model = None
-        loaded, used = self._load(model, header, plan, backend, notify)
+        self._loading = True
+        try:
+            loaded, used = self._load(model, header, plan, backend, notify)
+        finally:
+            self._loading = False
         self._memory_note = _memory_note(plan, used)
         self._model = model
         self._context_length = context_length
@@ -1321,6 +1326,13 @@ class ChatEngine:
     def waiting_jobs(self) -> int:
         """Turns and requests waiting for the runner behind the one using it."""
         return self._queue.waiting
+
+    @property
+    def readiness(self) -> ModelState:
+        """READY with a local model loaded, LOADING while one loads, else UNLOADED; nothing about which."""
+        if self.loaded_model_name is not None:
+            return ModelState.READY
+        return ModelState.LOADING if self._loading else ModelState.UNLOADED
 
     @property
     def loaded_model_name(self) -> str | None:

@@ -1,6 +1,7 @@
 """Hearth's loaded model over an OpenAI-compatible API, on 127.0.0.1 only, behind an API key Hearth made.
 
-`GET /v1/models`, `GET /v1/models/{id}` and `POST /v1/chat/completions` (with and without streaming).
+`GET /v1/models`, `GET /v1/models/{id}` and `POST /v1/chat/completions` (with and without streaming), and
+`GET /health` without the key (llama.cpp's server semantics, saying nothing but whether a model is ready).
 Requests take their turn for the runner with the window's turns (ChatEngine's first come, first served
 queue); a client that hangs up cancels its generation, so the runner is free for whoever is next.
 
@@ -54,7 +55,7 @@ from secrets import token_urlsafe
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from app.chat.engine import ChatEngine, ToolsNotTaken
+from app.chat.engine import ChatEngine, ModelState, ToolsNotTaken
 from app.chat.runner_queue import Job, JobCancelled
 from app.chat.tool_rounds import ModelCall
 from app.errors import HearthError, ModelNotFound, NoModelLoaded
@@ -596,6 +597,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._body_pending = "Content-Length" in self.headers or "Transfer-Encoding" in self.headers
         try:
             self._check_host()
+            if urlsplit(self.path).path.rstrip("/") == "/health":
+                # For supervisors and load balancers, which hold no key: it reveals no name or path.
+                self._require(method, "GET")
+                self._health()
+                return
             self._check_key()
             self._route(method)
         except RequestError as error:
@@ -656,7 +662,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._chat()
         else:
             raise RequestError(
-                404, "Unknown path: this server offers /v1/models and /v1/chat/completions.", code="not_found"
+                404,
+                "Unknown path: this server offers /health, /v1/models and /v1/chat/completions.",
+                code="not_found",
             )
 
     @staticmethod
@@ -698,6 +706,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _model_object(self, name: str) -> dict[str, Any]:
         return {"id": name, "object": "model", "created": self.server.local.started_at, "owned_by": "hearth"}
+
+    def _health(self) -> None:
+        state = self.server.local.engine.readiness
+        if state is ModelState.READY:
+            self._send_json(200, {"status": "ok"})
+        else:
+            self._send_json(503, {"status": "loading" if state is ModelState.LOADING else "no_model"})
 
     def _models(self, model_id: str | None) -> None:
         loaded = self.server.local.engine.loaded_model_name

@@ -404,6 +404,44 @@ def test_no_model_loaded_is_503(server: LocalServer) -> None:
     assert info.value.status_code == 503 and info.value.code == "model_not_loaded"
 
 
+def health(server: LocalServer, method: str = "GET", **headers: str) -> tuple[int, dict[str, Any]]:
+    """GET /health as a supervisor asks it: without the key."""
+    connection = http.client.HTTPConnection(LOOPBACK, server.port, timeout=60)
+    try:
+        connection.request(method, "/health", headers=headers)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def test_health_says_no_model_then_loading_then_ok_without_the_key_and_nothing_else(
+    starter_model: Path, core: Core, engine: ChatEngine, server: LocalServer
+) -> None:
+    assert health(server) == (503, {"status": "no_model"})
+    assert health(server, Authorization="Bearer wrong") == (503, {"status": "no_model"})
+    (model,) = core.library.list_models()
+    # The load is held at the runner's door, so the test sees it under way however fast this machine is.
+    go_on, real_load = threading.Event(), engine.client.load
+
+    def held_load(plan: Any) -> Any:
+        assert go_on.wait(60)
+        return real_load(plan)
+
+    engine.client.load = held_load  # type: ignore[method-assign]
+    loading = threading.Thread(target=engine.ensure_loaded, args=(model.name,))
+    loading.start()
+    try:
+        wait_until(lambda: health(server)[1] == {"status": "loading"}, "health to say loading")
+        assert health(server)[0] == 503
+    finally:
+        go_on.set()
+        loading.join(60)
+    assert health(server) == (200, {"status": "ok"})
+    assert health(server, "POST")[0] == 405
+    assert health(server, Host="evil.example")[0] == 403
+
+
 MALFORMED: list[tuple[object, str | None]] = [
     ([], None),
     ({"messages": COLOURS}, "model"),
