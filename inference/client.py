@@ -111,6 +111,9 @@ class RunnerClient:
         self._kernels: CpuKernels | None = None  # chosen at the first start (scoring loads the variants)
         self._exit_signal: int | None = None  # how the last runner died
         self._replied = False  # whether the current runner finished a reply
+        # Runners started in place of one that died (or was stopped for not answering), for monitoring.
+        self.restarts = 0
+        self._died = False  # the last runner died: the next one started is a restart
         # One sentence about the last switch to safer CPU kernels, for the status bar; "" when none happened.
         self.kernel_note = ""
         self._ctx = multiprocessing.get_context("spawn")
@@ -159,6 +162,9 @@ class RunnerClient:
         process.start()
         child.close()
         self._process, self._conn = process, parent
+        if self._died:
+            self.restarts += 1
+            self._died = False
         self._loaded = None
         self._replied = False
         log.info("runner started (pid %s, CPU kernels %s: %s)", process.pid, kernels.variant, kernels.reason)
@@ -197,6 +203,7 @@ class RunnerClient:
             process.join(timeout=5)
             code = process.exitcode
         self._exit_signal = -code if code is not None and code < 0 else None
+        self._died = True
         if self._conn is not None:
             self._conn.close()
         self._process, self._conn, self._loaded = None, None, None

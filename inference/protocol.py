@@ -22,6 +22,8 @@ class ErrorKind(enum.StrEnum):
     RUNNER_CRASHED = "runner_crashed"
     NOT_LOADED = "not_loaded"
     INTERNAL = "internal"
+    # GenerateRequest.json_schema cannot be made a grammar (inference.grammar), or llama.cpp refused it.
+    BAD_SCHEMA = "bad_schema"
     # An OpenAI-compatible server (app.remote.openai_client): not reached, key refused, rate-limited, failed,
     # silent for too long, or the connection lost mid-reply.
     SERVER_UNREACHABLE = "server_unreachable"
@@ -220,6 +222,9 @@ class GenerateRequest:
     extra_stop: tuple[str, ...] = ()
     # Given to the model's template (its `tools`); their calls come back as text, special tokens spelled.
     tools: tuple[ToolSpec, ...] = ()
+    # A JSON Schema's text: the reply is held to JSON valid against it, token by token, by a grammar made
+    # from it in the runner (inference.grammar). None: free text.
+    json_schema: str | None = None
 
 
 @dataclass(frozen=True)
@@ -303,6 +308,8 @@ class GenerationStats:
     # model's own sampling confirmed.
     drafted_tokens: int = 0
     accepted_draft_tokens: int = 0
+    # The stop string that ended the reply (STOP_STRING): Anthropic's API names the stop sequence it met.
+    stop_string: str | None = None
 
 
 @dataclass(frozen=True)

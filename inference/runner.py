@@ -27,6 +27,7 @@ from inference.chat_template import RenderedPrompt, control_text_pattern, render
 from inference.estimator import KV_CACHE_TYPES
 from inference.ggml_backends import CpuKernels, load_backends
 from inference.gguf import GGUFError, GGUFHeader, read_header
+from inference.grammar import GrammarError, schema_grammar
 from inference.llama_memory import LlamaLog, gpu_used_bytes
 from inference.projector import projector_problem
 from inference.prompt_lookup import PromptLookup
@@ -94,15 +95,16 @@ class StopWindow:
         self._stops = tuple(s for s in stops if s)
         self._hold = max((len(s) for s in self._stops), default=1) - 1
         self._pending = ""
+        self.hit: str | None = None  # the stop string met, once push says one was
 
     def push(self, text: str) -> tuple[str, bool]:
         """Returns the text that is safe to emit and whether a stop string was hit."""
         if not self._stops:
             return text, False
         self._pending += text
-        hits = [i for i in (self._pending.find(s) for s in self._stops) if i >= 0]
+        hits = [(i, s) for s in self._stops if (i := self._pending.find(s)) >= 0]
         if hits:
-            cut = min(hits)
+            cut, self.hit = min(hits, key=lambda hit: hit[0])
             emitted, self._pending = self._pending[:cut], ""
             return emitted, True
         if len(self._pending) <= self._hold:
@@ -348,6 +350,13 @@ class Runner:
             why = "this model has no vision projector, so it cannot see the images in this conversation"
             self._send(Failed(request.request_id, ErrorKind.MODEL_INVALID, why.capitalize() + "."))
             return
+        # Before the prompt: a schema that cannot be a grammar costs no decoding, and a conversion that ran
+        # away would meet the client's prompt watchdog.
+        try:
+            grammar = _grammar(model, request.json_schema)
+        except GrammarError as exc:
+            self._send(Failed(request.request_id, ErrorKind.BAD_SCHEMA, str(exc)))
+            return
         rendered, tokens = _prompt_tokens(model, request.messages, request.tools)
         try:
             slots = model.vision.tokenized(images) if model.vision is not None and images else []
@@ -368,7 +377,7 @@ class Runner:
             )
             return
         stops = request.extra_stop + rendered.stop_strings
-        self._stream(model, request, tokens, stops, slots, n_prompt)
+        self._stream(model, request, tokens, stops, slots, n_prompt, grammar)
 
     def count_tokens(self, request: CountTokensRequest) -> None:
         model = self._model
@@ -394,6 +403,7 @@ class Runner:
         stops: tuple[str, ...],
         images: list[ImageSlot],
         n_prompt: int,
+        grammar: str | None = None,
     ) -> None:
         """The decode loop, on llama.cpp's low-level API: per token one sample, one decode, one piece.
 
@@ -427,8 +437,14 @@ class Runner:
             cached = _reuse_prefix(model, tokens)
             _decode(model, tokens[cached:])
         ctx = llm.ctx
-        sampler = _sampler_chain(sampling, seed, llm.n_vocab())
+        sampler = _sampler_chain(
+            sampling, seed, llm.n_vocab(), _grammar_sampler(vocab, grammar) if grammar is not None else None
+        )
         one = (llama_cpp.llama_token * 1)()
+        # Prompt lookup stays on with a grammar. The grammar's state advances only with the tokens sampled
+        # (llama_sampler_sample accepts what it returns), and each position is sampled in order, only once
+        # the tokens before it are the reply's own: a guess is never shown to the grammar, so it sees
+        # exactly the tokens plain decoding gives it.
         drafts = _Drafts(model, tokens) if model.draft_tokens and not images else None
         # Tokens decoded after the newest reply token on a draft's guess; each is kept only if sampling its
         # position gives it, so the reply is the one plain decoding gives.
@@ -515,6 +531,7 @@ class Runner:
                     seed=seed,
                     drafted_tokens=drafts.drafted if drafts is not None else 0,
                     accepted_draft_tokens=drafts.accepted if drafts is not None else 0,
+                    stop_string=window.hit if reason is StopReason.STOP_STRING else None,
                 ),
             )
         )
@@ -763,9 +780,10 @@ def _load_vision(plan: LoadPlan, header: GGUFHeader, llm: Llama) -> Vision | Non
         raise VisionError(f"The vision projector {name}: {exc}") from exc
 
 
-def _sampler_chain(sampling: SamplingParams, seed: int, n_vocab: int) -> Any:
-    """The same chain `Llama.generate()` builds: repetition penalty, then greedy at temperature 0, else
-    top-k, top-p, min-p, temperature and a seeded draw."""
+def _sampler_chain(sampling: SamplingParams, seed: int, n_vocab: int, grammar: Any = None) -> Any:
+    """The same chain `Llama.generate()` builds: repetition penalty, the grammar sampler `grammar` if any
+    (the chain takes it over), then greedy at temperature 0, else top-k, top-p, min-p, temperature and a
+    seeded draw."""
     import llama_cpp
 
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
@@ -774,6 +792,14 @@ def _sampler_chain(sampling: SamplingParams, seed: int, n_vocab: int) -> Any:
         llama_cpp.llama_sampler_chain_add(chain, sampler)
 
     add(llama_cpp.llama_sampler_init_penalties(n_vocab, PENALTY_LAST_N, sampling.repeat_penalty, 0.0, 0.0))
+    if grammar is not None:
+        # Before anything narrows the candidates: after top-k, every token left could be one the grammar
+        # refuses, the draw would then pick a refused one anyway, and llama.cpp aborts the process when the
+        # grammar is given it. Over the whole vocabulary some token always continues the JSON. (llama.cpp's
+        # common_sampler draws first and runs the grammar over the vocabulary only when it refuses the
+        # token drawn, to save time; with the grammar first, the draw is exactly the constrained
+        # distribution, for one pass of the grammar over the vocabulary per token.)
+        add(grammar)
     if sampling.temperature <= 0.0:
         add(llama_cpp.llama_sampler_init_greedy())
         return chain
@@ -783,6 +809,32 @@ def _sampler_chain(sampling: SamplingParams, seed: int, n_vocab: int) -> Any:
     add(llama_cpp.llama_sampler_init_temp(sampling.temperature))
     add(llama_cpp.llama_sampler_init_dist(seed))
     return chain
+
+
+def _grammar(model: _Model, json_schema: str | None) -> str | None:
+    """The GBNF grammar for a reply held to `json_schema` (None without one), checked by llama.cpp's own
+    parser with this model's vocabulary. Raises GrammarError."""
+    if json_schema is None:
+        return None
+    import llama_cpp
+
+    grammar = schema_grammar(json_schema)
+    llama_cpp.llama_sampler_free(_grammar_sampler(model.vocab, grammar))
+    return grammar
+
+
+def _grammar_sampler(vocab: Any, grammar: str) -> Any:
+    """A grammar sampler for `grammar` (root rule "root"). Raises GrammarError when llama.cpp cannot use it:
+    it then returns NULL, having written why to the runner log."""
+    import llama_cpp
+
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
+    if not sampler:
+        raise GrammarError(
+            "llama.cpp cannot use the grammar made from the JSON schema (a reference that leads back to "
+            "itself before anything is written, for one); the runner log says why."
+        )
+    return sampler
 
 
 def _prompt_tokens(

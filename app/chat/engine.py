@@ -46,6 +46,7 @@ from app.errors import (
 from app.images.prepare import ImageSizing
 from app.library.installed import InstalledModel, ModelLibrary
 from app.library.load_settings import plan_model_load
+from app.metrics import LiveState, Metrics, Source
 from app.remote.openai_client import StreamCancel, request_sampling
 from app.remote.registry import ContextSource, Server, ServerRegistry
 from app.settings import GLOBAL_SAMPLING, Settings, SettingsStore
@@ -310,6 +311,9 @@ class ChatEngine:
         self._remote_server: Server | None = None  # the server the last remote turn went to, for status()
         # Final writes of replies that failed (a full disk): written before the next turn, and at close.
         self._unsaved: dict[int, Callable[[], object]] = {}
+        # For the local API's GET /metrics: here, not in the server, so that the window's turns are counted
+        # while no server runs, and the counts outlast servers and loaded models.
+        self.metrics = Metrics(self._live_state)
 
     @property
     def settings(self) -> Settings:
@@ -847,7 +851,7 @@ class ChatEngine:
             reply = ReplyText(markers or DEFAULT_MARKERS, lone_close=markers is not None)
             kernels = self._client.kernels
             calls: list[ModelCall] = []
-            events = self._generate(request)
+            events = self.metrics.metered(Source.WINDOW, self._generate(request))
             if offered:
                 assert self._tool_format is not None
                 events = split_tool_calls(events, ToolCallParser(self._tool_format), calls)
@@ -1327,6 +1331,10 @@ class ChatEngine:
         """Turns and requests waiting for the runner behind the one using it."""
         return self._queue.waiting
 
+    def _live_state(self) -> LiveState:
+        # Read from a scrape's thread without waiting for the runner's turn, as /health reads `readiness`.
+        return LiveState(self._queue.waiting, self.loaded_model_name, self._client.restarts)
+
     @property
     def readiness(self) -> ModelState:
         """READY with a local model loaded, LOADING while one loads, else UNLOADED; nothing about which."""
@@ -1350,11 +1358,16 @@ class ChatEngine:
         job: Job | None = None,
         tools: Sequence[ToolSpec] = (),
         calls: list[ModelCall] | None = None,
+        prompt_tokens: list[int] | None = None,
+        json_schema: str | None = None,
     ) -> Generator[TokenDelta | Finished | Failed, None, None]:
         """Generate for `messages` with the loaded local model, storing nothing: the local API server's
         requests. With `tools`, the model's template is given them and the calls it makes are taken out of
         the text into `calls` (complete before Finished is yielded); nothing is run. Raises ToolsNotTaken
-        when its template takes no tools.
+        when its template takes no tools. `prompt_tokens` is given the prompt's length once it is rendered,
+        before the first delta (Anthropic's stream says it in its first event). With `json_schema` (a JSON
+        Schema's text) the reply is held to JSON valid against it (a schema the runner cannot make a grammar
+        of ends in Failed BAD_SCHEMA).
 
         Waits for the runner in turn with GUI turns and other requests, then yields the runner's deltas and
         exactly one Finished or Failed. Closing the iterator early (its client went away) cancels the
@@ -1371,8 +1384,15 @@ class ChatEngine:
                 raise ModelNotFound(f"The model {model_name!r} is not loaded; this server has {loaded!r}.")
             if tools and self._tool_format is None:
                 raise ToolsNotTaken(_no_tools(loaded))
-            request = GenerateRequest(uuid.uuid4().hex, tuple(messages), sampling, tuple(stop), tuple(tools))
-            events = self._generate(request)
+            request = GenerateRequest(
+                uuid.uuid4().hex,
+                tuple(messages),
+                sampling,
+                tuple(stop),
+                tuple(tools),
+                json_schema=json_schema,
+            )
+            events = self.metrics.metered(Source.API, self._generate(request))
             if tools:
                 assert self._tool_format is not None
                 events = split_tool_calls(
@@ -1382,6 +1402,8 @@ class ChatEngine:
             try:
                 for event in events:
                     if isinstance(event, PromptReady):
+                        if prompt_tokens is not None:
+                            prompt_tokens.append(event.prompt_tokens)
                         continue
                     ended = isinstance(event, Finished | Failed)
                     if isinstance(event, Failed) and event.kind is ErrorKind.RUNNER_CRASHED:

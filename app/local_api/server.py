@@ -1,7 +1,9 @@
 """Hearth's loaded model over an OpenAI-compatible API, on 127.0.0.1 only, behind an API key Hearth made.
 
-`GET /v1/models`, `GET /v1/models/{id}` and `POST /v1/chat/completions` (with and without streaming), and
-`GET /health` without the key (llama.cpp's server semantics, saying nothing but whether a model is ready).
+`GET /v1/models`, `GET /v1/models/{id}` and `POST /v1/chat/completions` (with and without streaming),
+`GET /metrics` (Prometheus, from app.metrics), and `GET /health` without the key (llama.cpp's server
+semantics, saying nothing but whether a model is ready). `POST /v1/messages` is Anthropic's Messages API
+(app.local_api.anthropic_api shapes it) on the same generation path, limits and key.
 Requests take their turn for the runner with the window's turns (ChatEngine's first come, first served
 queue); a client that hangs up cancels its generation, so the runner is free for whoever is next.
 
@@ -59,6 +61,9 @@ from app.chat.engine import ChatEngine, ModelState, ToolsNotTaken
 from app.chat.runner_queue import Job, JobCancelled
 from app.chat.tool_rounds import ModelCall
 from app.errors import HearthError, ModelNotFound, NoModelLoaded
+from app.local_api import anthropic_api
+from app.local_api.structured import ResponseFormatError, response_format_schema
+from app.metrics import endpoint_label
 from app.remote.registry import API_KEY_NOUN
 from app.secret_store import SecretResult, SecretStore
 from inference.protocol import (
@@ -162,6 +167,7 @@ class ChatRequest:
     stream: bool
     include_usage: bool
     tools: tuple[ToolSpec, ...] = ()
+    json_schema: str | None = None  # response_format's schema text (app.local_api.structured)
 
 
 def _is_number(value: object) -> bool:
@@ -356,6 +362,19 @@ def parse_chat_request(body: object, defaults: Callable[[str], SamplingParams]) 
         if not _is_int(seed) or not 0 <= seed < SEED_LIMIT:
             raise _bad("seed", f"an integer from 0 to {SEED_LIMIT - 1}")
         changes["seed"] = seed
+    tools = _tools(body.get("tools"), body.get("tool_choice"))
+    try:
+        json_schema = response_format_schema(body.get("response_format"))
+    except ResponseFormatError as exc:
+        raise RequestError(400, str(exc), param="response_format", code=exc.code) from exc
+    if json_schema is not None and tools:
+        raise RequestError(
+            400,
+            "'response_format' cannot be combined with 'tools': its grammar would keep the model from "
+            "calling them.",
+            param="response_format",
+            code="unsupported",
+        )
     return ChatRequest(
         model=model,
         messages=messages,
@@ -363,7 +382,8 @@ def parse_chat_request(body: object, defaults: Callable[[str], SamplingParams]) 
         stop=_stop(body.get("stop")),
         stream=stream,
         include_usage=include_usage,
-        tools=_tools(body.get("tools"), body.get("tool_choice")),
+        tools=tools,
+        json_schema=json_schema,
     )
 
 
@@ -372,6 +392,8 @@ def _failure(event: Failed) -> RequestError:
         return RequestError(400, event.message, param="messages", code="context_length_exceeded")
     if event.kind is ErrorKind.NOT_LOADED:
         return RequestError(503, event.message, kind="server_error", code="model_not_loaded")
+    if event.kind is ErrorKind.BAD_SCHEMA:
+        return RequestError(400, event.message, param="response_format", code="unsupported")
     return RequestError(500, event.message, kind="server_error", code=event.kind.value)
 
 
@@ -502,6 +524,7 @@ class _Handler(BaseHTTPRequestHandler):
         local = self.server.local
         # What the base class's parse_request sets first, for an answer sent before it runs.
         self.command, self.requestline, self.request_version = "", "", self.default_request_version
+        self.path = ""  # until parse_request reads it: not the previous request's, for the metrics
         self.close_connection = True
         self._body_pending = self._expects_continue = False
         self.server.awaiting_request(self.connection)
@@ -567,18 +590,32 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 
+    def send_response(self, code: int, message: str | None = None) -> None:
+        # Every answer is counted here, refusals before the key or the request line too.
+        super().send_response(code, message)
+        self.server.local.engine.metrics.count_request(endpoint_label(self.path), code)
+
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The base class's errors (malformed request line, unknown method, ...) in OpenAI's JSON shape."""
+        """The base class's errors (malformed request line, unknown method, ...) in OpenAI's JSON shape, or
+        Anthropic's for its endpoint."""
         self.close_connection = True
         with suppress(OSError):
-            self._send_json(code, RequestError(code, message or HTTPStatus(code).phrase).body())
+            self._send_request_error(RequestError(code, message or HTTPStatus(code).phrase))
 
     def _send_json(
         self, status: int, payload: dict[str, Any], headers: tuple[tuple[str, str], ...] = ()
     ) -> None:
-        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self._send_body(status, json.dumps(payload, ensure_ascii=False).encode("utf-8"), headers)
+
+    def _send_body(
+        self,
+        status: int,
+        body: bytes,
+        headers: tuple[tuple[str, str], ...] = (),
+        content_type: str = "application/json",
+    ) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         for name, value in headers:
             self.send_header(name, value)
@@ -589,8 +626,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _send_request_error(self, error: RequestError) -> None:
+    def _speaks_anthropic(self) -> bool:
+        """Whether the request is for Anthropic's Messages API, whose clients read errors in its shape."""
+        return urlsplit(self.path).path.rstrip("/") == anthropic_api.PATH
+
+    def _send_request_error(self, error: RequestError | anthropic_api.AnthropicError) -> None:
         headers = (("WWW-Authenticate", "Bearer"),) if error.status == HTTPStatus.UNAUTHORIZED else ()
+        if isinstance(error, RequestError) and self._speaks_anthropic():
+            kind = anthropic_api.error_type(error.status, error.code)
+            error = anthropic_api.AnthropicError(error.status, error.message, kind)
         self._send_json(error.status, error.body(), headers)
 
     def _dispatch(self, method: str) -> None:
@@ -604,7 +648,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._check_key()
             self._route(method)
-        except RequestError as error:
+        except (RequestError, anthropic_api.AnthropicError) as error:
             try:
                 self._send_request_error(error)
             except OSError:
@@ -642,13 +686,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _check_key(self) -> None:
         scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        given = [token.strip()] if scheme.lower() == "bearer" else []
+        anthropic = self._speaks_anthropic()
+        if anthropic:
+            # Anthropic's clients send the key as x-api-key (and as a bearer token when given one as such).
+            given += [value.strip() for value in self.headers.get_all("x-api-key") or []]
+        key = self.server.local.api_key_bytes
         # Header text arrives decoded as Latin-1; encoding it back gives the bytes that were sent.
-        given = token.strip().encode("latin-1", "replace")
-        if not (scheme.lower() == "bearer" and hmac.compare_digest(given, self.server.local.api_key_bytes)):
+        if not any(hmac.compare_digest(value.encode("latin-1", "replace"), key) for value in given):
+            how = "'Authorization: Bearer KEY'"
+            if anthropic:
+                how = "'x-api-key: KEY' or " + how
             raise RequestError(
-                401,
-                "Missing or wrong API key: send the key Hearth shows as 'Authorization: Bearer KEY'.",
-                code="invalid_api_key",
+                401, f"Missing or wrong API key: send the key Hearth shows as {how}.", code="invalid_api_key"
             )
 
     def _route(self, method: str) -> None:
@@ -660,10 +710,18 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/v1/chat/completions":
             self._require(method, "POST")
             self._chat()
+        elif path == anthropic_api.PATH:
+            self._require(method, "POST")
+            self._anthropic_messages()
+        elif path == "/metrics":
+            # Behind the key, unlike /health: it names the model and tells how much it has been used.
+            self._require(method, "GET")
+            self._metrics()
         else:
             raise RequestError(
                 404,
-                "Unknown path: this server offers /health, /v1/models and /v1/chat/completions.",
+                "Unknown path: this server offers /health, /metrics, /v1/models, /v1/chat/completions and "
+                "/v1/messages.",
                 code="not_found",
             )
 
@@ -714,6 +772,10 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json(503, {"status": "loading" if state is ModelState.LOADING else "no_model"})
 
+    def _metrics(self) -> None:
+        body, content_type = self.server.local.engine.metrics.exposition(self.headers.get("Accept"))
+        self._send_body(200, body, content_type=content_type)
+
     def _models(self, model_id: str | None) -> None:
         loaded = self.server.local.engine.loaded_model_name
         if model_id is None:
@@ -724,13 +786,60 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             raise RequestError(404, f"No model named {model_id!r} is loaded.", code="model_not_found")
 
+    def _sampling_defaults(self, model: str) -> SamplingParams:
+        """What a request leaves out: Hearth's settings for that model."""
+        return self.server.local.engine.generation_settings(None, model).sampling
+
     def _chat(self) -> None:
+        request = parse_chat_request(self._read_json(), self._sampling_defaults)
+        calls: list[ModelCall] = []
+
+        def respond(events: Iterator[TokenDelta | Finished | Failed]) -> None:
+            completion = _Completion(request, calls)
+            if request.stream:
+                self._stream(completion, events)
+            else:
+                self._answer(completion, events)
+
+        self._generate(request, respond, calls=calls)
+
+    def _anthropic_messages(self) -> None:
+        parsed = anthropic_api.parse_messages_request(self._read_json(), self._sampling_defaults)
+        request = ChatRequest(
+            model=parsed.model,
+            messages=parsed.messages,
+            sampling=parsed.sampling,
+            stop=parsed.stop_sequences,
+            stream=parsed.stream,
+            include_usage=False,
+        )
+        prompt_tokens: list[int] = []
+
+        def respond(events: Iterator[TokenDelta | Finished | Failed]) -> None:
+            reply = anthropic_api.Reply(parsed, prompt_tokens[0] if prompt_tokens else 0)
+            if not parsed.stream:
+                self._send_json(200, reply.whole(events))
+                return
+            self._start_event_stream()
+            for name, payload in reply.events(events):
+                self._write_chunk(anthropic_api.sse(name, payload))
+            self._write_chunk(b"")
+
+        self._generate(request, respond, prompt_tokens=prompt_tokens)
+
+    def _generate(
+        self,
+        request: ChatRequest,
+        respond: Callable[[Iterator[TokenDelta | Finished | Failed]], None],
+        *,
+        calls: list[ModelCall] | None = None,
+        prompt_tokens: list[int] | None = None,
+    ) -> None:
+        """Every API's generation: in turn for the runner, cancelled when the client hangs up. `respond` is
+        given the events once the first has come, so that what fails before it (a prompt over the context)
+        is answered with an error status rather than inside a stream."""
         local = self.server.local
         engine = local.engine
-        request = parse_chat_request(
-            self._read_json(), lambda model: engine.generation_settings(None, model).sampling
-        )
-        calls: list[ModelCall] = []
         with local.serving(self.connection) as job:
             events = engine.complete(
                 request.messages,
@@ -740,6 +849,8 @@ class _Handler(BaseHTTPRequestHandler):
                 job=job,
                 tools=request.tools,
                 calls=calls,
+                prompt_tokens=prompt_tokens,
+                json_schema=request.json_schema,
             )
             with closing(events):
                 try:
@@ -756,11 +867,7 @@ class _Handler(BaseHTTPRequestHandler):
                     raise RequestError(400, str(exc), param="tools", code="unsupported") from exc
                 if isinstance(first, Failed):
                     raise _failure(first)
-                completion = _Completion(request, calls)
-                if request.stream:
-                    self._stream(completion, chain([first], events))
-                else:
-                    self._answer(completion, chain([first], events))
+                respond(chain([first], events))
 
     def _answer(self, completion: _Completion, events: Iterator[TokenDelta | Finished | Failed]) -> None:
         parts: list[str] = []
@@ -775,12 +882,15 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send_json(200, completion.whole("".join(parts) + completion.unreadable(), event.stats))
 
-    def _stream(self, completion: _Completion, events: Iterator[TokenDelta | Finished | Failed]) -> None:
+    def _start_event_stream(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+
+    def _stream(self, completion: _Completion, events: Iterator[TokenDelta | Finished | Failed]) -> None:
+        self._start_event_stream()
         self._event(completion.chunk({"role": "assistant", "content": ""}))
         for event in events:
             if isinstance(event, TokenDelta):

@@ -3,6 +3,7 @@ starter model, against the same runner decoding plainly."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from dataclasses import replace
@@ -99,10 +100,16 @@ class Loaded:
         assert self.runner._model is not None, self.sent
 
     def reply(
-        self, messages: tuple[ChatMessage, ...], sampling: SamplingParams, extra_stop: tuple[str, ...] = ()
+        self,
+        messages: tuple[ChatMessage, ...],
+        sampling: SamplingParams,
+        extra_stop: tuple[str, ...] = (),
+        json_schema: str | None = None,
     ) -> tuple[str, GenerationStats]:
         self.sent.clear()
-        self.runner.generate(GenerateRequest("t", messages, sampling, extra_stop=extra_stop))
+        self.runner.generate(
+            GenerateRequest("t", messages, sampling, extra_stop=extra_stop, json_schema=json_schema)
+        )
         [finished] = [m for m in self.sent if isinstance(m, Finished)]
         return "".join(m.text for m in self.sent if isinstance(m, TokenDelta)), finished.stats
 
@@ -250,3 +257,23 @@ def test_decode_costs_are_timed_then_fixed_for_the_load(runners: tuple[Loaded, L
     fixed = (list(measured.one_token), list(measured.per_guessed_token))
     lookup.reply((ChatMessage("user", EDIT),), GREEDY)
     assert (measured.one_token, measured.per_guessed_token) == fixed
+
+
+@pytest.mark.model
+def test_a_reply_held_to_a_json_schema_is_guessed_too_and_stays_the_plain_reply(
+    runners: tuple[Loaded, Loaded],
+) -> None:
+    """The grammar sees only the tokens sampled, position by position, as in plain decoding: guesses it
+    refuses are simply not kept."""
+    plain, lookup = runners
+    if not batched_logits_are_exact(lookup):
+        pytest.skip("this machine's kernels round a batch differently from single tokens at this depth")
+    lookup.pay_for_guesses(CHEAP_GUESSES)
+    schema = {"type": "object", "properties": {"paragraph": {"type": "string"}}, "required": ["paragraph"]}
+    messages = (ChatMessage("user", EDIT + ' Answer in JSON, the paragraph under "paragraph".'),)
+    expected, plain_stats = plain.reply(messages, GREEDY, json_schema=json.dumps(schema))
+    text, stats = lookup.reply(messages, GREEDY, json_schema=json.dumps(schema))
+    assert text == expected and stats.completion_tokens == plain_stats.completion_tokens
+    assert json.loads(text)["paragraph"].startswith("The river starts high in the mountains")
+    assert 0 < stats.accepted_draft_tokens <= stats.drafted_tokens
+    assert lookup.cache_agrees()

@@ -196,6 +196,13 @@ def test_stop_window_finds_stop_strings_split_across_tokens() -> None:
     assert "".join(emitted) == "Hello world"
 
 
+def test_stop_window_names_the_earliest_stop_string_it_met() -> None:
+    window = StopWindow(("END", "<|im_end|>", "x"))
+    assert window.push("ab<|im_e")[1] is False and window.hit is None
+    assert window.push("nd|> END x") == ("ab", True)
+    assert window.hit == "<|im_end|>"
+
+
 def test_stop_window_releases_held_text_at_the_end() -> None:
     window = StopWindow(("STOP",))
     out = [window.push(p)[0] for p in ["ab", "S", "T"]]
