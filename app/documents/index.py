@@ -35,12 +35,16 @@ over a quarter of the bytes a float32 copy would take.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import queue
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence, Set
+from collections.abc import Callable, Iterable, Sequence, Set
+from concurrent import futures
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -206,32 +210,57 @@ class _Matrix:
         return [int(i) for i in self.ids[best]]
 
 
-class _Background:
-    """The vector ranking on a thread of its own while SQLite ranks the full text on the caller's: both
-    release the GIL, so a question costs the slower of the two instead of their sum."""
+class _Workers:
+    """Threads for the vector side of questions (an exact ranking or a walk of the graph), which runs there
+    while SQLite ranks the full text on the asking thread: both release the GIL, so a question costs the
+    slower of the two instead of their sum.
 
-    def __init__(self, matrix: _Matrix, query: FloatArray, n: int) -> None:
-        self._result: list[int] = []
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(matrix, query, n), name="hearth-vector-search", daemon=True
-        )
-        self._thread.start()
+    Kept waiting rather than started per question: starting a thread waits until the system first runs it,
+    milliseconds on a busy machine. Daemon threads, unlike concurrent.futures' pool: an index is never shut
+    down, and an idle worker must not keep the process alive."""
 
-    def _run(self, matrix: _Matrix, query: FloatArray, n: int) -> None:
-        try:
-            self._result = matrix.nearest(query, n)
-        except BaseException as exc:  # handed to the caller by result()
-            self._error = exc
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._work: queue.SimpleQueue[tuple[Callable[[], list[int]], Future[list[int]]]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._started = 0
 
-    def join(self) -> None:
-        self._thread.join()
+    def submit(self, work: Callable[[], list[int]]) -> Future[list[int]]:
+        future: Future[list[int]] = Future()
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                self._started += 1
+                threading.Thread(
+                    target=self._serve, name=f"{self._name}-{self._started}", daemon=True
+                ).start()
+        self._work.put((work, future))
+        return future
 
-    def result(self) -> list[int]:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._result
+    def _serve(self) -> None:
+        while True:
+            work, future = self._work.get()
+            try:
+                result = work()
+            except BaseException as exc:  # handed to the asker by future.result()
+                self._done()
+                future.set_exception(exc)
+            else:
+                # Idle before the asker hears back, so that its next question finds this thread free.
+                self._done()
+                future.set_result(result)
+
+    def _done(self) -> None:
+        with self._lock:
+            self._idle += 1
+
+
+def _walk(graph: Graph, query: FloatArray, n: int) -> list[int]:
+    """About the `n` nearest ids by the graph (its lock held only while it is walked)."""
+    with graph.lock:
+        return graph.candidates(query, n)
 
 
 def _unit_rows(embeddings: npt.ArrayLike, rows: int) -> npt.NDArray[np.float16]:
@@ -309,6 +338,7 @@ class ChunkIndex:
         self._savers: list[threading.Thread] = []
         # Set by close(): a graph being built stops between batches, unsaved (the next start resumes).
         self._closing = threading.Event()
+        self._vector_side = _Workers("hearth-vector-search")
 
     # Writing ---------------------------------------------------------------------------------------------
 
@@ -499,23 +529,27 @@ class ChunkIndex:
             sequence = session.execute(
                 text("SELECT seq FROM sqlite_sequence WHERE name = 'document_chunks'")
             ).scalar()
-            background: _Background | None = None
+            background: Future[list[int]] | None = None
+            graph: Graph | None = None
             nearest: list[int] = []
             if query_vector is not None:
                 assert embedding_model is not None
                 query = _unit_query(query_vector)
-                graph = None
                 if isinstance(scope, int) and not isinstance(scope, bool):
                     graph = self._graph(session, scope, embedding_model, sequence)
                 if graph is not None:
                     _check_dims(query, graph.dims, embedding_model)
-                    nearest = self._graph_nearest(session, graph, query, n, condition, params)
+                    walk = functools.partial(_walk, graph, query, n * OVERSAMPLE)
+                    if terms:
+                        background = self._vector_side.submit(walk)
+                    else:
+                        nearest = walk()
                 else:
                     matrix = self._matrix(session, scope, embedding_model, sequence)
                     if len(matrix.ids):
                         _check_dims(query, matrix.dims, embedding_model)
-                    if len(matrix.ids) >= _BACKGROUND_ROWS:
-                        background = _Background(matrix, query, n)
+                    if len(matrix.ids) >= _BACKGROUND_ROWS and terms:
+                        background = self._vector_side.submit(functools.partial(matrix.nearest, query, n))
                     else:
                         nearest = matrix.nearest(query, n)
             try:
@@ -524,9 +558,11 @@ class ChunkIndex:
                 )
             finally:
                 if background is not None:
-                    background.join()
+                    futures.wait([background])
             if background is not None:
                 nearest = background.result()
+            if graph is not None:
+                nearest = self._rescored(session, graph.model, nearest, query, n, condition, params)
             fused = _fuse(fts, nearest)
             # Which candidates still exist in the scope (a passage deleted since the matrix was read, or
             # moved out of the scope, is not), then the text of the best `limit` of them only.
@@ -764,25 +800,26 @@ class ChunkIndex:
         graph.stamp = stamp
         return Sync(added, len(gone))
 
-    def _graph_nearest(
-        self,
+    @staticmethod
+    def _rescored(
         session: Session,
-        graph: Graph,
+        model: str,
+        candidates: list[int],
         query: FloatArray,
         n: int,
         condition: str,
         params: dict[str, object],
     ) -> list[int]:
         """The graph's candidates scored again from their stored float16 vectors, in the scope as it is
-        now."""
-        with graph.lock:
-            found = graph.candidates(query, n * OVERSAMPLE)
+        now: the best `n`."""
+        if not candidates:
+            return []
         rows = session.execute(
             text(
                 "SELECT c.id, c.embedding FROM json_each(:ids) AS j CROSS JOIN document_chunks AS c "
                 f"ON c.id = j.value WHERE c.embedding_model = :model AND {condition}"
             ),
-            {**params, "ids": json.dumps(found), "model": graph.model},
+            {**params, "ids": json.dumps(candidates), "model": model},
         ).all()
         if not rows:
             return []

@@ -5,6 +5,7 @@ Vectors come from tests/helpers/embedder.py (hashed bag of words): plumbing only
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 from contextlib import closing
@@ -499,3 +500,27 @@ def test_counts(index: ChunkIndex) -> None:
     add_document(index, "manual", MANUAL)
     add_document(index, "bare", 手册, vectors=False)
     assert index.counts() == IndexCounts(contents=2, chunks=6, embedded=3)
+
+
+def test_vector_side_workers_are_reused_run_side_by_side_and_hand_back_errors() -> None:
+    workers = index_module._Workers("test-vector-side")
+    for expected in range(5):
+        assert workers.submit(functools.partial(list, [expected])).result(timeout=5) == [expected]
+    names = {t.name for t in threading.enumerate() if t.name.startswith("test-vector-side")}
+    assert names == {"test-vector-side-1"}, "one question after another needs one thread"
+
+    # Two at once run at once: each waits for the other at the barrier, which would time out on one thread.
+    barrier = threading.Barrier(2, timeout=5)
+
+    def meet() -> list[int]:
+        return [barrier.wait()]
+
+    both = [workers.submit(meet), workers.submit(meet)]
+    assert sorted(f.result(timeout=10)[0] for f in both) == [0, 1]
+
+    def broken() -> list[int]:
+        raise ValueError("vectors of another size")
+
+    with pytest.raises(ValueError, match="another size"):
+        workers.submit(broken).result(timeout=5)
+    assert workers.submit(lambda: [7]).result(timeout=5) == [7], "a failed question leaves the worker serving"
