@@ -38,6 +38,8 @@ import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
+from importlib import metadata
+from importlib.metadata import Distribution
 from pathlib import Path
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -70,18 +72,23 @@ def user_cmake_args() -> list[str]:
     return shlex.split(os.environ.get("HEARTH_CMAKE_ARGS", ""))
 
 
-def installed_flavour(new: str | None = None) -> str | None:
-    """The flavour recorded in the installed llama-cpp-python's .dist-info (pip removes it with the
-    package, so a wheel installed by other means has none); with NEW, record that one."""
-    from importlib import metadata
+def installed_flavour(new: str | None = None, distribution: Distribution | None = None) -> str | None:
+    """The flavour recorded for the installed llama-cpp-python; with NEW, record that one.
 
-    distribution = metadata.distribution("llama-cpp-python")
+    The record sits in its .dist-info beside a digest of pip's RECORD there. pip reinstalling the package
+    (`pip install --force-reinstall llama-cpp-python==<same version>` builds it from source, natively)
+    leaves a file it did not install in place, so the flavour alone would go on vouching for a build it
+    never described; the new build's RECORD has other hashes, so the digest tells."""
+    if distribution is None:
+        distribution = metadata.distribution("llama-cpp-python")
+    installed = hashlib.sha256((distribution.read_text("RECORD") or "").encode("utf-8")).hexdigest()
     if new is not None:
-        info = Path(str(distribution.locate_file(f"llama_cpp_python-{distribution.version}.dist-info")))
-        (info / FLAVOUR_FILE).write_text(new + "\n", encoding="utf-8")
+        folder = f"{distribution.name.replace('-', '_')}-{distribution.version}.dist-info"
+        info = Path(str(distribution.locate_file(folder)))
+        (info / FLAVOUR_FILE).write_text(f"{new} {installed}\n", encoding="utf-8")
         return new
-    text = distribution.read_text(FLAVOUR_FILE)
-    return text.strip() if text else None
+    recorded, _, digest = (distribution.read_text(FLAVOUR_FILE) or "").strip().partition(" ")
+    return recorded if recorded and digest == installed else None
 
 
 def flavour(backend: str) -> str:

@@ -7,6 +7,7 @@ without its tile configuration) kills it on a real machine.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -318,3 +319,23 @@ def test_a_turn_survives_sigill_and_the_status_says_why(
     assert status.kernels.startswith(f"CPU kernels: {safer} (fallback: ")
     assert f"Hearth now uses its safer {safer} kernels here." in status.detail
     assert json.loads(core.paths.cpu_kernels_file.read_text(encoding="utf-8"))["variant"] == safer
+
+
+def test_the_recorded_flavour_stops_vouching_once_pip_reinstalls_the_package(tmp_path: Path) -> None:
+    # A .dist-info as pip leaves it; reinstalling the same version (pip install --force-reinstall, which
+    # builds the sdist natively) rewrites RECORD with the new files' hashes but leaves a file it did not
+    # install, such as the flavour record, where it was.
+    info = tmp_path / "llama_cpp_python-0.3.36.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: llama_cpp_python\nVersion: 0.3.36\n")
+    (info / "RECORD").write_text("llama_cpp/lib/libggml-cpu-haswell.so,sha256=all-variants,1296280\n")
+    distribution = importlib.metadata.PathDistribution(info)
+    llama_build = _llama_build()
+
+    assert llama_build.installed_flavour(distribution=distribution) is None
+    assert llama_build.installed_flavour("cpu-dl-0123456789ab", distribution) == "cpu-dl-0123456789ab"
+    assert llama_build.installed_flavour(distribution=distribution) == "cpu-dl-0123456789ab"
+
+    (info / "RECORD").write_text("llama_cpp/lib/libggml-cpu.so,sha256=native,1300376\n")
+    assert (info / llama_build.FLAVOUR_FILE).exists()
+    assert llama_build.installed_flavour(distribution=distribution) is None
