@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from filelock import FileLock, Timeout
@@ -18,6 +18,7 @@ from app.storage.db import Database
 from app.storage.stored_files import delete_unlisted
 
 if TYPE_CHECKING:
+    from app.documents.embedding import RunnerEmbedder
     from app.documents.library import DocumentLibrary
 
 log = logging.getLogger("hearth.core")
@@ -36,6 +37,7 @@ class Core:
     files: FileStore
     # Why the database is open read-only (it failed its check at start-up), or None.
     damaged: str | None = None
+    _embedder: RunnerEmbedder | None = field(default=None, init=False, repr=False)
 
     @property
     def settings(self) -> Settings:
@@ -79,20 +81,30 @@ class Core:
     def documents(self) -> DocumentLibrary:
         """Attachments and collections on this home. The embedding runner starts only when something has
         to be searched; close the library to stop it."""
-        from app.documents.embedding import RunnerEmbedder
         from app.documents.library import DocumentLibrary
+
+        embedder = self.embedder()
+        return DocumentLibrary(self.db, self.files, (lambda: embedder) if embedder else None)
+
+    def embedder(self) -> RunnerEmbedder | None:
+        """The bundled embedding model, None when this installation has none. One per Core, shared by the
+        documents and the local API, so that both using it costs one runner process, not two. Made here,
+        it has no process yet: the first text to embed starts one (and after close(), the next does)."""
+        from app.documents.embedding import RunnerEmbedder
         from app.paths import bundled_embedding_model
 
         model = bundled_embedding_model()
-        log_path = self.paths.runner_log_file
-
-        def embedder() -> RunnerEmbedder:
-            assert model is not None
-            return RunnerEmbedder(model, log_path=log_path)
-
-        return DocumentLibrary(self.db, self.files, embedder if model else None)
+        if model is None:
+            return None
+        if self._embedder is None or self._embedder.model_path != model:
+            if self._embedder is not None:
+                self._embedder.close()  # HEARTH_EMBEDDING_MODEL changed: its runner holds the old file
+            self._embedder = RunnerEmbedder(model, log_path=self.paths.runner_log_file)
+        return self._embedder
 
     def close(self) -> None:
+        if self._embedder is not None:
+            self._embedder.close()
         self.db.dispose()
 
 

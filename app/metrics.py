@@ -47,6 +47,8 @@ TOKENS_PER_SECOND_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 35.0, 50.0, 75.0, 100.0,
 # is written before the key is checked, and must not take as many values as a client can make up paths.
 ENDPOINTS = frozenset(
     {"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/messages", "/v1/embeddings"}
+    | {"/api/embed"}
+    | {"/api/version", "/api/tags", "/api/show", "/api/chat", "/api/generate"}
 )
 MODEL_ENDPOINT = "/v1/models/{id}"
 OTHER_ENDPOINT = "other"

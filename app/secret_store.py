@@ -202,7 +202,11 @@ class SecretStore:
             register_secret(outcome.value)
         return SecretResult(outcome.value, persisted=True)
 
-    def set(self, name: str, value: str, *, noun: str = "token") -> SecretResult:
+    def set(
+        self, name: str, value: str, *, noun: str = "token", keep_for_session: bool = True
+    ) -> SecretResult:
+        """`keep_for_session=False`: when the keyring refuses, nothing is kept here either (for a caller
+        that keeps such a value itself, or refuses it); the reason is then the keyring's alone."""
         register_secret(value)
         outcome = self._caller.call(
             lambda backend: backend.set_password(self._service, name, value), secret=value
@@ -212,6 +216,9 @@ class SecretStore:
                 self._session.pop(name, None)
                 self._session_reasons.pop(name, None)
                 return SecretResult(value, persisted=True)
+            if not keep_for_session:
+                log.warning("Could not store secret %r: %s", name, outcome.reason)
+                return SecretResult(value, persisted=False, reason=outcome.reason)
             reason = f"{outcome.reason}; the {noun} is kept for this session only."
             self._session[name] = value
             self._session_reasons[name] = reason

@@ -151,14 +151,24 @@ class EmbeddingRunner:
     def count_tokens(self, text: str) -> int:
         """The tokens `text` is as the model reads it (its start and end tokens included), before any cut
         to n_ctx."""
+        return self.count_tokens_each([text])[0]
+
+    def count_tokens_each(self, texts: Sequence[str]) -> tuple[int, ...]:
+        """count_tokens for each text, in one round trip per TEXTS_PER_REQUEST texts."""
+        texts = list(texts)
+        counts: list[int] = []
         with self._lock:
             self._ensure_loaded()
-            request = CountEmbeddingTokensRequest(uuid.uuid4().hex, (text,))
-            reply = self._exchange(request)
-        if isinstance(reply, Failed):
-            raise RunnerError(reply.kind, reply.message)
-        assert isinstance(reply, EmbeddingTokenCounts) and reply.request_id == request.request_id
-        return reply.counts[0]
+            for start in range(0, len(texts), TEXTS_PER_REQUEST):
+                request = CountEmbeddingTokensRequest(
+                    uuid.uuid4().hex, tuple(texts[start : start + TEXTS_PER_REQUEST])
+                )
+                reply = self._exchange(request)
+                if isinstance(reply, Failed):
+                    raise RunnerError(reply.kind, reply.message)
+                assert isinstance(reply, EmbeddingTokenCounts) and reply.request_id == request.request_id
+                counts.extend(reply.counts)
+        return tuple(counts)
 
     def close(self) -> None:
         with self._lock:

@@ -403,7 +403,12 @@ class MainWindow(QMainWindow):
 
     def open_local_server(self) -> None:
         if self._local_server_dialog is None:
-            self._local_server_dialog = LocalServerDialog(self._services, parent=self)
+            self._local_server_dialog = LocalServerDialog(
+                self._services,
+                parent=self,
+                confirm=self._context.dialogs.confirm,
+                ask=self._context.dialogs.ask,
+            )
         self._local_server_dialog.show()
         self._local_server_dialog.raise_()
         self._local_server_dialog.activateWindow()

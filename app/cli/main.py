@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from app.cli import backup, chat, conversations, docs, doctor, models, serve, servers, tokens, tools
+from app.cli import api_keys, backup, chat, conversations, docs, doctor, models, serve, servers, tokens, tools
 from app.cli.arguments import common_options
 from app.cli.errors import report, run_reporting_errors
 from app.cli.output import terminal_streams
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # In the order `hearth --help` lists them.
-    for noun in (chat, models, docs, tokens, servers, tools, conversations, backup, doctor, serve):
+    for noun in (chat, models, docs, tokens, servers, tools, conversations, backup, doctor, serve, api_keys):
         noun.add_parser(sub, common)
     gui = sub.add_parser("gui", parents=[common], help="open the window (the default)")
     gui.add_argument("--smoke-test", action="store_true", help="start everything, open the window, quit")
@@ -71,6 +71,8 @@ def _run(paths: HearthPaths, args: argparse.Namespace, out: TextIO, err: TextIO)
         return tokens.run(args, out, err)
     if args.command == "servers":
         return servers.run(paths, args, out, err)
+    if args.command == "api-keys":
+        return api_keys.run(paths, args, out, err)
     if args.command == "tools":
         return tools.run(paths, args, out, err)
     if args.command in ("backup", "restore"):

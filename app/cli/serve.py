@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from app.cli.arguments import Subcommands, _port
 from app.cli.engine import chat_engine
 from app.core import Core
 from app.errors import HearthError
+
+if TYPE_CHECKING:
+    from app.local_api.api_keys import AcceptedKeys, CreatedKey
 
 
 def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
@@ -29,8 +32,8 @@ def add_parser(sub: Subcommands, common: argparse.ArgumentParser) -> None:
 
 def run(core: Core, args: argparse.Namespace, err: TextIO) -> NoReturn:
     """Load the model, serve it until Ctrl+C (KeyboardInterrupt: exit 130), then shut the runner down."""
-    from app.local_api.server import LocalServer, get_or_create_api_key
-    from app.secret_store import SecretStore
+    from app.local_api.api_keys import ApiKeys
+    from app.local_api.server import LocalServer
 
     engine = chat_engine(core)
     try:
@@ -43,18 +46,42 @@ def run(core: Core, args: argparse.Namespace, err: TextIO) -> NoReturn:
         err.write(f"Loading {name}…\n")
         err.flush()
         engine.prepare(name)
-        key = get_or_create_api_key(SecretStore())
-        assert key.value is not None
+        keys = ApiKeys(core.paths.home)
+        accepted = keys.accepted()
         port = core.settings.local_server_port if args.port is None else args.port
-        with LocalServer(engine, key.value, port=port) as server:
+        # Its runner starts at the first embeddings request; core.close() stops it.
+        with LocalServer(engine, keys=accepted, port=port, embedder=core.embedder()) as server:
+            # Made once the port is ours: a key shown only once must not be made by a start that failed.
+            # The running server takes it at once.
+            created = keys.ensure_default()
             err.write(f"Serving {name} at {server.url} (OpenAI-compatible; Ctrl+C stops)\n")
-            # The one place outside the window where the key is shown; it never goes to a log.
-            err.write(f"API key: {key.value}\n")
-            if not key.persisted:
-                err.write("The system keyring could not keep the key: it works until this server stops.\n")
+            tell_keys(created, accepted, err)
             err.flush()
             while True:
                 # time.sleep, unlike a wait on a lock, is interrupted by Ctrl+C on every platform.
                 time.sleep(3600)
     finally:
         engine.close()
+
+
+def tell_keys(created: CreatedKey | None, accepted: AcceptedKeys, err: TextIO) -> None:
+    """Which keys this server takes. A key is shown only when it is made: here, the first time."""
+    if created is not None:
+        # Outside the window, the one place this key is shown; it never goes to a log.
+        err.write(f"API key: {created.secret}\n")
+        if created.reason:
+            err.write("The system keyring could not keep the key: it works until this server stops.\n")
+        else:
+            err.write(
+                f"It is the key named {created.info.name}, shown only now; `hearth api-keys` makes more "
+                "and revokes them.\n"
+            )
+    elif accepted.names:
+        err.write(f"API keys accepted: {', '.join(accepted.names)} (`hearth api-keys list` lists them)\n")
+    else:
+        err.write(
+            "No API key is accepted yet: `hearth api-keys create NAME` makes one, and this server takes it "
+            "at once.\n"
+        )
+    for name, why in accepted.unavailable.items():
+        err.write(f"The API key {name} is refused for now: {why}\n")

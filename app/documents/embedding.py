@@ -1,5 +1,6 @@
 """The embedder documents use: an embedding model in its own runner process (inference.embedding), with the
-prefixes its family was trained with."""
+prefixes its family was trained with. The local API (app.local_api.embeddings) embeds through the same one,
+texts as its clients give them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy.typing as npt
 from app.errors import HearthError
 from app.library.installed import sha256_file
 from inference.client import RunnerError
-from inference.embedding import EmbeddingRunner
+from inference.embedding import EmbeddingResult, EmbeddingRunner
 
 # (query prefix, passage prefix) by a word in the model's file name. Retrieval models are trained with these;
 # without them e5 ranks noticeably worse (its model card: "otherwise you will see a performance degradation").
@@ -41,6 +42,10 @@ class RunnerEmbedder:
         self._model_id: str | None = None
 
     @property
+    def model_path(self) -> Path:
+        return self._path
+
+    @property
     def model_id(self) -> str:
         """The model file's SHA-256: vectors from different models are never compared."""
         if self._model_id is None:
@@ -57,6 +62,28 @@ class RunnerEmbedder:
     def count_tokens(self, text: str) -> int:
         try:
             return self._runner.count_tokens(self._passage_prefix + text)
+        except RunnerError as exc:
+            raise HearthError(exc.message) from exc
+
+    def shape(self) -> tuple[int, int]:
+        """(dimensions, the most tokens a text is given), starting the runner if needed."""
+        try:
+            info = self._runner.info
+        except RunnerError as exc:
+            raise HearthError(exc.message) from exc
+        return info.dim, info.n_ctx
+
+    def embed_as_given(self, texts: Sequence[str]) -> EmbeddingResult:
+        """No prefix added: for clients that know what their model expects. Texts over the context are
+        cut to it."""
+        try:
+            return self._runner.embed_detailed(texts)
+        except RunnerError as exc:
+            raise HearthError(exc.message) from exc
+
+    def count_tokens_as_given(self, texts: Sequence[str]) -> tuple[int, ...]:
+        try:
+            return self._runner.count_tokens_each(texts)
         except RunnerError as exc:
             raise HearthError(exc.message) from exc
 

@@ -1,9 +1,14 @@
-"""Hearth's loaded model over an OpenAI-compatible API, on 127.0.0.1 only, behind an API key Hearth made.
+"""Hearth's loaded model over an OpenAI-compatible API, on 127.0.0.1 only, behind API keys Hearth made
+(app.local_api.api_keys: several, by name, each revocable).
 
 `GET /v1/models`, `GET /v1/models/{id}` and `POST /v1/chat/completions` (with and without streaming),
 `GET /metrics` (Prometheus, from app.metrics), and `GET /health` without the key (llama.cpp's server
 semantics, saying nothing but whether a model is ready). `POST /v1/messages` is Anthropic's Messages API
-(app.local_api.anthropic_api shapes it) on the same generation path, limits and key.
+(app.local_api.anthropic_api shapes it) on the same generation path, limits and key, and so are Ollama's
+`/api/version`, `/api/tags`, `/api/show`, `/api/chat` and `/api/generate` (app.local_api.ollama_api, NDJSON
+streams, every /api/ error in Ollama's shape). `POST /v1/embeddings` and Ollama's `POST /api/embed` answer
+from the embedding model (app.local_api.embeddings), off the runner queue: that model has a process of its
+own.
 Requests take their turn for the runner with the window's turns (ChatEngine's first come, first served
 queue); a client that hangs up cancels its generation, so the runner is free for whoever is next.
 
@@ -35,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import hmac
 import io
 import json
 import logging
@@ -53,7 +57,6 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import chain
-from secrets import token_urlsafe
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -61,11 +64,10 @@ from app.chat.engine import ChatEngine, ModelState, ToolsNotTaken
 from app.chat.runner_queue import Job, JobCancelled
 from app.chat.tool_rounds import ModelCall
 from app.errors import HearthError, ModelNotFound, NoModelLoaded
-from app.local_api import anthropic_api
+from app.local_api import anthropic_api, embeddings, ollama_api
+from app.local_api.api_keys import AcceptedKeys
 from app.local_api.structured import ResponseFormatError, response_format_schema
 from app.metrics import endpoint_label
-from app.remote.registry import API_KEY_NOUN
-from app.secret_store import SecretResult, SecretStore
 from inference.protocol import (
     ChatMessage,
     ErrorKind,
@@ -85,7 +87,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("hearth.local_server")
 
 LOOPBACK = "127.0.0.1"
-API_KEY_NAME = "local-server-api-key"
 # Chat requests are text; 4 MiB is far beyond any context this runner holds, and bounds what one request
 # can make the server read into memory.
 MAX_BODY_BYTES = 4 << 20
@@ -115,24 +116,6 @@ _FINISH_REASONS = {
     StopReason.MAX_TOKENS: "length",
     StopReason.CONTEXT_FULL: "length",
 }
-
-
-def new_api_key() -> str:
-    return "hearth-" + token_urlsafe(32)
-
-
-def get_or_create_api_key(store: SecretStore) -> SecretResult:
-    """The server's key from the keyring, made and stored on first use (for this session only when the
-    keyring cannot keep it). Blocking: the keyring may take seconds."""
-    current = store.get(API_KEY_NAME, noun=API_KEY_NOUN)
-    if current.value:
-        return current
-    return store.set(API_KEY_NAME, new_api_key(), noun=API_KEY_NOUN)
-
-
-def replace_api_key(store: SecretStore) -> SecretResult:
-    """A new key; the old one stops working as soon as the server is given this one."""
-    return store.set(API_KEY_NAME, new_api_key(), noun=API_KEY_NOUN)
 
 
 class RequestError(Exception):
@@ -630,8 +613,15 @@ class _Handler(BaseHTTPRequestHandler):
         """Whether the request is for Anthropic's Messages API, whose clients read errors in its shape."""
         return urlsplit(self.path).path.rstrip("/") == anthropic_api.PATH
 
-    def _send_request_error(self, error: RequestError | anthropic_api.AnthropicError) -> None:
+    def _speaks_ollama(self) -> bool:
+        return ollama_api.speaks_ollama(urlsplit(self.path).path.rstrip("/"))
+
+    def _send_request_error(
+        self, error: RequestError | anthropic_api.AnthropicError | ollama_api.OllamaError
+    ) -> None:
         headers = (("WWW-Authenticate", "Bearer"),) if error.status == HTTPStatus.UNAUTHORIZED else ()
+        if isinstance(error, RequestError) and self._speaks_ollama():
+            error = ollama_api.OllamaError(error.status, error.message)
         if isinstance(error, RequestError) and self._speaks_anthropic():
             kind = anthropic_api.error_type(error.status, error.code)
             error = anthropic_api.AnthropicError(error.status, error.message, kind)
@@ -648,7 +638,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._check_key()
             self._route(method)
-        except (RequestError, anthropic_api.AnthropicError) as error:
+        except (RequestError, anthropic_api.AnthropicError, ollama_api.OllamaError) as error:
             try:
                 self._send_request_error(error)
             except OSError:
@@ -691,14 +681,15 @@ class _Handler(BaseHTTPRequestHandler):
         if anthropic:
             # Anthropic's clients send the key as x-api-key (and as a bearer token when given one as such).
             given += [value.strip() for value in self.headers.get_all("x-api-key") or []]
-        key = self.server.local.api_key_bytes
         # Header text arrives decoded as Latin-1; encoding it back gives the bytes that were sent.
-        if not any(hmac.compare_digest(value.encode("latin-1", "replace"), key) for value in given):
+        if self.server.local.keys.match([value.encode("latin-1", "replace") for value in given]) is None:
             how = "'Authorization: Bearer KEY'"
             if anthropic:
                 how = "'x-api-key: KEY' or " + how
             raise RequestError(
-                401, f"Missing or wrong API key: send the key Hearth shows as {how}.", code="invalid_api_key"
+                401,
+                f"Missing, wrong or revoked API key: send a key made in Hearth as {how}.",
+                code="invalid_api_key",
             )
 
     def _route(self, method: str) -> None:
@@ -713,6 +704,21 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == anthropic_api.PATH:
             self._require(method, "POST")
             self._anthropic_messages()
+        elif path in (embeddings.OPENAI_PATH, embeddings.OLLAMA_PATH):
+            self._require(method, "POST")
+            self._embeddings(ollama=path == embeddings.OLLAMA_PATH)
+        elif path == ollama_api.VERSION_PATH:
+            self._require(method, "GET")
+            self._send_json(200, {"version": ollama_api.VERSION})
+        elif path == ollama_api.TAGS_PATH:
+            self._require(method, "GET")
+            self._ollama_tags()
+        elif path == ollama_api.SHOW_PATH:
+            self._require(method, "POST")
+            self._ollama_show()
+        elif path in (ollama_api.CHAT_PATH, ollama_api.GENERATE_PATH):
+            self._require(method, "POST")
+            self._ollama_generate(chat=path == ollama_api.CHAT_PATH)
         elif path == "/metrics":
             # Behind the key, unlike /health: it names the model and tells how much it has been used.
             self._require(method, "GET")
@@ -720,8 +726,9 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             raise RequestError(
                 404,
-                "Unknown path: this server offers /health, /metrics, /v1/models, /v1/chat/completions and "
-                "/v1/messages.",
+                "Unknown path: this server offers /health, /metrics, /v1/models, /v1/chat/completions, "
+                "/v1/messages, /v1/embeddings, /api/version, /api/tags, /api/show, /api/chat, "
+                "/api/generate and /api/embed.",
                 code="not_found",
             )
 
@@ -777,12 +784,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_body(200, body, content_type=content_type)
 
     def _models(self, model_id: str | None) -> None:
-        loaded = self.server.local.engine.loaded_model_name
+        local = self.server.local
+        names = [name for name in (local.engine.loaded_model_name, local.embedding_model_name) if name]
         if model_id is None:
-            data = [self._model_object(loaded)] if loaded else []
+            data = [self._model_object(name) for name in dict.fromkeys(names)]
             self._send_json(200, {"object": "list", "data": data})
-        elif model_id == loaded:
-            self._send_json(200, self._model_object(loaded))
+        elif model_id in names:
+            self._send_json(200, self._model_object(model_id))
         else:
             raise RequestError(404, f"No model named {model_id!r} is loaded.", code="model_not_found")
 
@@ -802,6 +810,30 @@ class _Handler(BaseHTTPRequestHandler):
                 self._answer(completion, events)
 
         self._generate(request, respond, calls=calls)
+
+    def _embeddings(self, *, ollama: bool) -> None:
+        """Off the chat runner's queue (the embedding model has a process of its own), but counted as
+        activity and cancelled when the client hangs up, like a chat request."""
+        local = self.server.local
+        body = self._read_json()
+        try:
+            request = embeddings.parse_ollama(body) if ollama else embeddings.parse_openai(body)
+            with local.serving(self.connection) as job:
+                done = embeddings.embed(
+                    request,
+                    local.embedder,
+                    chat_model=local.engine.loaded_model_name,
+                    cancelled=lambda: job.cancelled,
+                )
+        except embeddings.Cancelled:
+            log.info("an embeddings request was cancelled: its client hung up")
+            self.close_connection = True
+            return
+        except embeddings.EmbeddingError as exc:
+            kind = "server_error" if exc.status >= 500 else "invalid_request_error"
+            raise RequestError(exc.status, exc.message, kind=kind, param=exc.param, code=exc.code) from exc
+        shaped = embeddings.ollama_response if ollama else embeddings.openai_response
+        self._send_json(200, shaped(request, done))
 
     def _anthropic_messages(self) -> None:
         parsed = anthropic_api.parse_messages_request(self._read_json(), self._sampling_defaults)
@@ -826,6 +858,78 @@ class _Handler(BaseHTTPRequestHandler):
             self._write_chunk(b"")
 
         self._generate(request, respond, prompt_tokens=prompt_tokens)
+
+    # -- Ollama's API (app.local_api.ollama_api) --------------------------------------------------------
+
+    def _ollama_model(self, name: str, *, unloaded_status: int) -> str:
+        """The loaded model's name when `name` is it (Ollama's ":latest" added or not); else a 404, or
+        `unloaded_status` with no model loaded."""
+        loaded = self.server.local.engine.loaded_model_name
+        if loaded is None:
+            raise ollama_api.OllamaError(
+                unloaded_status, "No model is loaded in Hearth: load one in the window first."
+            )
+        if ollama_api.resolve_model(name, loaded) != loaded:
+            raise ollama_api.OllamaError(
+                404, f"The model {name!r} is not loaded; this server has {loaded!r}."
+            )
+        return loaded
+
+    def _ollama_tags(self) -> None:
+        engine = self.server.local.engine
+        loaded = engine.loaded_model_name
+        models = []
+        if loaded is not None:
+            # Gone from the library only while it is being removed, which unloads it first.
+            with suppress(ModelNotFound):
+                models.append(ollama_api.tags_entry(engine.library.get(loaded)))
+        self._send_json(200, {"models": models})
+
+    def _ollama_show(self) -> None:
+        engine = self.server.local.engine
+        loaded = self._ollama_model(ollama_api.model_name(self._read_json()), unloaded_status=404)
+        try:
+            model = engine.library.get(loaded)
+        except ModelNotFound as exc:
+            raise ollama_api.OllamaError(404, str(exc)) from exc
+        runner = engine.loaded
+        context = runner.n_ctx if runner is not None else None
+        self._send_json(200, ollama_api.show(model, self._sampling_defaults(loaded), context))
+
+    def _ollama_generate(self, *, chat: bool) -> None:
+        started = time.perf_counter()
+        loaded = self.server.local.engine.loaded_model_name
+        parse = ollama_api.parse_chat_request if chat else ollama_api.parse_generate_request
+        parsed = parse(
+            self._read_json(), lambda name: self._sampling_defaults(ollama_api.resolve_model(name, loaded))
+        )
+        reply = ollama_api.Reply(parsed, started)
+        model = ollama_api.resolve_model(parsed.model, loaded)
+        if not parsed.messages:
+            # Ollama's way to load a model: the one loaded is ready. Nothing is unloaded for keep_alive 0.
+            self._ollama_model(parsed.model, unloaded_status=503)
+            self._send_json(200, reply.loaded())
+            return
+        request = ChatRequest(
+            model=model,
+            messages=parsed.messages,
+            sampling=parsed.sampling,
+            stop=parsed.stop,
+            stream=parsed.stream,
+            include_usage=False,
+            json_schema=parsed.json_schema,
+        )
+
+        def respond(events: Iterator[TokenDelta | Finished | Failed]) -> None:
+            if not parsed.stream:
+                self._send_json(200, reply.whole(events))
+                return
+            self._start_event_stream(ollama_api.NDJSON)
+            for line in reply.lines(events):
+                self._write_chunk(json.dumps(line, ensure_ascii=False).encode("utf-8") + b"\n")
+            self._write_chunk(b"")
+
+        self._generate(request, respond)
 
     def _generate(
         self,
@@ -882,9 +986,9 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send_json(200, completion.whole("".join(parts) + completion.unreadable(), event.stats))
 
-    def _start_event_stream(self) -> None:
+    def _start_event_stream(self, content_type: str = "text/event-stream; charset=utf-8") -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Content-Type", content_type)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
@@ -1099,15 +1203,20 @@ class LocalServer:
     def __init__(
         self,
         engine: ChatEngine,
-        api_key: str,
+        api_key: str | None = None,
         *,
+        keys: AcceptedKeys | None = None,
         port: int,
         io_timeout_s: float = IO_TIMEOUT_S,
         on_activity: Callable[[int], None] | None = None,
+        embedder: embeddings.ServedEmbedder | None = None,
     ) -> None:
+        """`embedder`: the embedding model `/v1/embeddings` and `/api/embed` answer with; its runner starts
+        at the first request that needs it."""
         if not 0 <= port <= 65535:
             raise HearthError(f"The port must be from 1 to 65535 (or 0 for any free port), not {port}.")
         self.engine = engine
+        self.embedder = embedder
         self.io_timeout_s = io_timeout_s
         # Limits on what a client without the key can hold (see the module's docstring). Attributes, read
         # for each connection, so that tests can shrink them on one server.
@@ -1123,12 +1232,13 @@ class LocalServer:
         self._stopping = False
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
-        self.set_api_key(api_key)
-
-    def set_api_key(self, api_key: str) -> None:
-        if not api_key:
-            raise ValueError("the API key must not be empty")
-        self.api_key_bytes = api_key.encode("utf-8")
+        # `keys` (ApiKeys.accepted()) follows the keys as they are made and revoked; one `api_key` is just
+        # that key, for as long as the server runs.
+        if keys is None:
+            if not api_key:
+                raise ValueError("give the server an API key, or the keys it accepts")
+            keys = AcceptedKeys.fixed(api_key)
+        self.keys = keys
 
     def start(self) -> None:
         """Bind 127.0.0.1:port and serve. Raises HearthError when the port cannot be used."""
@@ -1143,6 +1253,7 @@ class LocalServer:
             target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="hearth-local-server"
         )
         self._thread.start()
+        self.keys.start()
         log.info("serving the OpenAI-compatible API at %s", self.url)
 
     @property
@@ -1159,6 +1270,11 @@ class LocalServer:
     @property
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}/v1"
+
+    @property
+    def embedding_model_name(self) -> str | None:
+        """The embedding model's id, listed beside the chat model; None without one."""
+        return embeddings.model_id(self.embedder.model_path) if self.embedder is not None else None
 
     @property
     def active_requests(self) -> int:
@@ -1212,6 +1328,8 @@ class LocalServer:
         httpd.server_close()
         thread.join()
         self._httpd = self._thread = None
+        # After the last request: the last uses it noted are written now.
+        self.keys.close()
         log.info("the local API server stopped")
 
     def __enter__(self) -> LocalServer:

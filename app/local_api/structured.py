@@ -60,22 +60,27 @@ def response_format_schema(value: object) -> str | None:
         raise ResponseFormatError(
             "'response_format.json_schema.schema' is missing: give the JSON Schema there."
         )
-    schema = spec["schema"]
+    return schema_text(spec["schema"], "'response_format.json_schema.schema'")
+
+
+def schema_text(schema: object, where: str) -> str:
+    """A request's JSON Schema (found at `where`, as its messages name it) as the text the runner takes, once
+    checked: Ollama's `format` gives the schema itself, OpenAI's `response_format` wraps it.
+
+    Raises ResponseFormatError.
+    """
     if not isinstance(schema, dict):
-        raise ResponseFormatError("'response_format.json_schema.schema' must be a JSON Schema object.")
+        raise ResponseFormatError(f"{where} must be a JSON Schema object.")
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
-        where = "/".join(str(part) for part in exc.path)
+        at = "/".join(str(part) for part in exc.path)
         raise ResponseFormatError(
-            f"'response_format.json_schema.schema' is not a valid JSON Schema"
-            f"{f' (at {where})' if where else ''}: {exc.message}"
+            f"{where} is not a valid JSON Schema{f' (at {at})' if at else ''}: {exc.message}"
         ) from exc
     except RecursionError as exc:
-        raise ResponseFormatError("'response_format.json_schema.schema' nests too deeply.") from exc
+        raise ResponseFormatError(f"{where} nests too deeply.") from exc
     problems = schema_problems(schema)
     if problems:
-        raise ResponseFormatError(
-            f"'response_format.json_schema.schema': {unsupported_message(problems)}", code="unsupported"
-        )
+        raise ResponseFormatError(f"{where}: {unsupported_message(problems)}", code="unsupported")
     return json.dumps(schema, ensure_ascii=False)

@@ -11,6 +11,7 @@ from app.conversations.store import ConversationStore
 from app.core import Core
 from app.documents.library import DocumentLibrary
 from app.library.installed import ModelLibrary
+from app.local_api.api_keys import ApiKeys
 from app.paths import HearthPaths
 from app.qt.background import Background
 from app.qt.chat_service import ChatService
@@ -80,7 +81,10 @@ class AppServices:
             call_timeout_s=core.settings.tool_timeout_s,
         )
         chat = ChatService(engine, tools=tools)
-        local_server = LocalServerService(engine, core.settings.local_server_port)
+        # The documents' embedder: the API's embeddings use the same runner process.
+        local_server = LocalServerService(
+            engine, core.settings.local_server_port, ApiKeys(paths.home), embedder=core.embedder()
+        )
         if core.settings.local_server_enabled:
             local_server.start(core.settings.local_server_port)
         background = Background("background")

@@ -1246,10 +1246,6 @@
 <context>
     <name>LocalServerPanel</name>
     <message>
-        <source>Programs on this computer can use the model loaded in Hearth through an OpenAI-compatible API, with the key below. Other computers cannot reach it. Requests take turns with your chats.</source>
-        <translation>本机上的程序可以使用下方的密钥，通过兼容 OpenAI 的 API 使用 Hearth 中已加载的模型。其他计算机无法访问。请求与你的对话轮流处理。</translation>
-    </message>
-    <message>
         <source>&amp;Serve the loaded model on 127.0.0.1</source>
         <translation>在 127.0.0.1 上提供已加载的模型(&amp;S)</translation>
     </message>
@@ -1262,32 +1258,120 @@
         <translation>地址</translation>
     </message>
     <message>
-        <source>API &amp;key</source>
-        <translation>API 密钥(&amp;K)</translation>
-    </message>
-    <message>
-        <source>Show</source>
-        <translation>显示</translation>
-    </message>
-    <message>
         <source>Copy</source>
         <translation>复制</translation>
-    </message>
-    <message>
-        <source>New key</source>
-        <translation>新密钥</translation>
-    </message>
-    <message>
-        <source>Make a new key; programs using the old one must be given it</source>
-        <translation>生成新密钥；使用旧密钥的程序需要改用新密钥</translation>
     </message>
     <message>
         <source>The key was copied.</source>
         <translation>密钥已复制。</translation>
     </message>
     <message>
-        <source>Making a new key…</source>
-        <translation>正在生成新密钥…</translation>
+        <source>Programs on this computer can use the model loaded in Hearth through an OpenAI-compatible API, each with a key of its own. Other computers cannot reach it. Requests take turns with your chats.</source>
+        <translation>本机上的程序可以通过兼容 OpenAI 的 API 使用 Hearth 中加载的模型，每个程序使用自己的密钥。其他计算机无法访问。请求与你的聊天轮流进行。</translation>
+    </message>
+    <message>
+        <source>API &amp;keys</source>
+        <translation>API 密钥(&amp;K)</translation>
+    </message>
+    <message>
+        <source>Name</source>
+        <translation>名称</translation>
+    </message>
+    <message>
+        <source>Key</source>
+        <translation>密钥</translation>
+    </message>
+    <message>
+        <source>Created</source>
+        <translation>创建时间</translation>
+    </message>
+    <message>
+        <source>Last used</source>
+        <translation>上次使用</translation>
+    </message>
+    <message>
+        <source>No keys yet: make one for each program that will use the API.</source>
+        <translation>还没有密钥：请为每个要使用此 API 的程序创建一个。</translation>
+    </message>
+    <message>
+        <source>&amp;Create key…</source>
+        <translation>创建密钥(&amp;C)…</translation>
+    </message>
+    <message>
+        <source>Make a key for a program; it is shown once, to copy</source>
+        <translation>为一个程序创建密钥；密钥只显示一次，供你复制</translation>
+    </message>
+    <message>
+        <source>&amp;Revoke…</source>
+        <translation>吊销(&amp;R)…</translation>
+    </message>
+    <message>
+        <source>Refuse the selected key from now on</source>
+        <translation>从现在起拒绝所选密钥</translation>
+    </message>
+    <message>
+        <source>Done</source>
+        <translation>完成</translation>
+    </message>
+    <message>
+        <source>Hide the key; it cannot be shown again</source>
+        <translation>隐藏密钥；之后无法再次显示</translation>
+    </message>
+    <message>
+        <source>Create API key</source>
+        <translation>创建 API 密钥</translation>
+    </message>
+    <message>
+        <source>A name for the program that will use the key (letters, digits, dots, dashes, underscores):</source>
+        <translation>将使用此密钥的程序的名称（字母、数字、点、短横线、下划线）：</translation>
+    </message>
+    <message>
+        <source>Making the key…</source>
+        <translation>正在创建密钥…</translation>
+    </message>
+    <message>
+        <source>Programs using the key “{name}” ({prefix}…) will be refused from their next request, and it cannot be brought back. Revoke it?</source>
+        <translation>使用密钥“{name}”（{prefix}…）的程序将从下一个请求起被拒绝，且该密钥无法恢复。要吊销它吗？</translation>
+    </message>
+    <message>
+        <source>Revoke API key</source>
+        <translation>吊销 API 密钥</translation>
+    </message>
+    <message>
+        <source>Revoke</source>
+        <translation>吊销</translation>
+    </message>
+    <message>
+        <source>Revoking the key…</source>
+        <translation>正在吊销密钥…</translation>
+    </message>
+    <message>
+        <source>The new key “{name}”: copy it now, it is not shown again.</source>
+        <translation>新密钥“{name}”：请立即复制，它不会再次显示。</translation>
+    </message>
+    <message>
+        <source>Session only: the system keyring cannot keep this key, so it stops working when Hearth closes. ({reason})</source>
+        <translation>仅限本次会话：系统密钥环无法保存此密钥，因此 Hearth 关闭后它将失效。（{reason}）</translation>
+    </message>
+    <message>
+        <source>Revoked “{name}”: no server accepts it any more.</source>
+        <translation>已吊销“{name}”：任何服务器都不再接受它。</translation>
+    </message>
+    <message>
+        <source>Its secret is still in the system keyring: {reason}</source>
+        <translation>其密钥内容仍留在系统密钥环中：{reason}</translation>
+    </message>
+    <message>
+        <source>{name} (this session only)</source>
+        <translation>{name}（仅限本次会话）</translation>
+    </message>
+    <message>
+        <source>Never</source>
+        <translation>从未</translation>
+    </message>
+    <message>
+        <source>Refused for now, because the system keyring did not give their secrets: {names} ({reason})</source>
+        <translation>暂被拒绝，因为系统密钥环未提供其密钥内容：{names}（{reason}）</translation>
     </message>
     <message>
         <source>Starting…</source>
@@ -1314,14 +1398,6 @@
     <message>
         <source>The key is kept in the system keyring.</source>
         <translation>密钥保存在系统密钥环中。</translation>
-    </message>
-    <message>
-        <source>Session only: the system keyring cannot keep the key, so it changes at the next start.</source>
-        <translation>仅限本次会话：系统密钥环无法保存密钥，因此下次启动时密钥会更改。</translation>
-    </message>
-    <message>
-        <source>Hide</source>
-        <translation>隐藏</translation>
     </message>
 </context>
 <context>

@@ -1,22 +1,27 @@
-"""The local API server from the window: the switch, the port, the key, the busy indicator, the queue."""
+"""The local API server from the window: the switch, the port, the keys, the busy indicator, the queue."""
 
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import keyring
 import openai
 import pytest
+from keyring.backends.fail import Keyring as FailKeyring
 from openai.types.chat import ChatCompletionMessageParam
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QCheckBox
+from PySide6.QtWidgets import QCheckBox, QTreeWidgetItem
 from pytestqt.qtbot import QtBot
 
-from app.paths import HearthPaths
+from app.local_api.api_keys import ApiKeys
+from app.paths import HearthPaths, bundled_embedding_model
 from app.settings import Settings, save_settings
+from tests.conftest import MemoryKeyring
 from tests.helpers.ui_fixtures import GuiSession, GuiSessions, click
 from ui.local_server_panel import LocalServerDialog, LocalServerPanel
 
@@ -26,6 +31,12 @@ TIMEOUT_MS = 120_000
 STORY: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "Write a very long story about a lighthouse keeper."}
 ]
+
+
+def embedding_models() -> list[str]:
+    """What /v1/models lists beside the chat model: the bundled embedding model, by its file's stem."""
+    model = bundled_embedding_model()
+    return [model.stem] if model is not None else []
 
 
 def toggle(switch: QCheckBox) -> None:
@@ -50,8 +61,35 @@ def open_panel(qtbot: QtBot, session: GuiSession) -> LocalServerPanel:
     dialog = session.window.findChild(LocalServerDialog)
     assert dialog is not None and dialog.isVisible()
     panel = dialog.panel
-    qtbot.waitUntil(lambda: panel.keyEdit.text() != "", timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: session.services.local_server.listing is not None, timeout=TIMEOUT_MS)
     return panel
+
+
+def new_key(session: GuiSession, name: str = "test") -> str:
+    """A key made through the service, as the panel's Create key… does."""
+    created, _listing = session.services.local_server.create_key(name).result(timeout=TIMEOUT_MS / 1000)
+    return created.secret
+
+
+def create_in_panel(qtbot: QtBot, session: GuiSession, panel: LocalServerPanel, name: str) -> str:
+    shown = panel.newKeyEdit.text()  # a key made before, if it is still on screen
+    session.answers.text = name
+    click(panel.createKeyButton)
+    qtbot.waitUntil(
+        lambda: panel.newKeyBox.isVisible() and panel.newKeyEdit.text() not in ("", shown), timeout=TIMEOUT_MS
+    )
+    return panel.newKeyEdit.text()
+
+
+def item(panel: LocalServerPanel, row: int) -> QTreeWidgetItem:
+    found = panel.keyList.topLevelItem(row)
+    assert found is not None
+    return found
+
+
+def rows(panel: LocalServerPanel) -> list[list[str]]:
+    count = panel.keyList.topLevelItemCount()
+    return [[item(panel, row).text(column) for column in range(4)] for row in range(count)]
 
 
 def shown_running(panel: LocalServerPanel) -> bool:
@@ -73,7 +111,7 @@ def refused(port: int) -> bool:
 
 
 @pytest.mark.model
-def test_switch_serves_the_model_shows_busy_and_a_new_key_locks_the_old_one_out(
+def test_switch_serves_the_model_shows_busy_and_a_revoked_key_is_locked_out(
     qtbot: QtBot, gui: GuiSessions, home: HearthPaths, starter_model: Path
 ) -> None:
     port = free_port()
@@ -84,7 +122,6 @@ def test_switch_serves_the_model_shows_busy_and_a_new_key_locks_the_old_one_out(
     indicator = session.window.localServerIndicator
     panel = open_panel(qtbot, session)
     assert not panel.switch.isChecked() and indicator.isHidden() and refused(port)
-    assert panel.keyEdit.echoMode() == panel.keyEdit.EchoMode.Password
     assert panel.urlLabel.text() == f"http://127.0.0.1:{port}/v1"
 
     toggle(panel.switch)
@@ -95,12 +132,12 @@ def test_switch_serves_the_model_shows_busy_and_a_new_key_locks_the_old_one_out(
     assert panel.switch.isChecked() and not indicator.busy
     assert session.services.settings.local_server_enabled
 
+    key = create_in_panel(qtbot, session, panel, "editor")
     click(panel.copyKeyButton)
-    key = QGuiApplication.clipboard().text()
-    assert key == panel.keyEdit.text() and key.startswith("hearth-")
+    assert QGuiApplication.clipboard().text() == key and key.startswith("hearth-")
     with api(session, key) as client:
         name = engine.loaded_model_name
-        assert name is not None and [m.id for m in client.models.list()] == [name]
+        assert name is not None and [m.id for m in client.models.list()] == [name, *embedding_models()]
         stream = client.chat.completions.create(model=name, messages=STORY, max_tokens=2000, stream=True)
         next(iter(stream))
         # The indicator and the panel hear of the request through separate signals.
@@ -109,11 +146,14 @@ def test_switch_serves_the_model_shows_busy_and_a_new_key_locks_the_old_one_out(
         stream.close()
         qtbot.waitUntil(lambda: not indicator.busy, timeout=TIMEOUT_MS)
 
-    click(panel.newKeyButton)
-    qtbot.waitUntil(lambda: panel.keyEdit.text() != key, timeout=TIMEOUT_MS)
+    other = create_in_panel(qtbot, session, panel, "other")
+    qtbot.waitUntil(lambda: len(rows(panel)) == 2, timeout=TIMEOUT_MS)
+    panel.keyList.setCurrentItem(item(panel, 0))  # "editor"
+    click(panel.revokeKeyButton)
+    qtbot.waitUntil(lambda: len(rows(panel)) == 1, timeout=TIMEOUT_MS)
     with api(session, key) as client, pytest.raises(openai.AuthenticationError):
         client.models.list()
-    with api(session, panel.keyEdit.text()) as client:
+    with api(session, other) as client:
         assert [m.id for m in client.models.list()]
 
     toggle(panel.switch)
@@ -149,10 +189,9 @@ def test_a_server_left_on_starts_with_the_window_and_stops_with_it(
     server = session.services.local_server
     qtbot.waitUntil(lambda: session.window.localServerIndicator.isVisible(), timeout=TIMEOUT_MS)
     assert server.state.running
-    assert server.key is not None and server.key.value is not None
-    with api(session, server.key.value) as client:
-        # Nothing is loaded in this window, so nothing is listed.
-        assert list(client.models.list()) == []
+    with api(session, new_key(session)) as client:
+        # Nothing is loaded in this window, so only the embedding model (which needs no loading) is listed.
+        assert [m.id for m in client.models.list()] == embedding_models()
     session.close()
     assert refused(port)
 
@@ -173,14 +212,9 @@ def test_a_reply_waits_for_an_api_request_and_stop_while_waiting_gives_the_promp
     session = gui.open(serving_home)
     window, services = session.window, session.services
     engine = services.chat.engine
-    qtbot.waitUntil(
-        lambda: engine.loaded_model_name is not None and services.local_server.key is not None,
-        timeout=TIMEOUT_MS,
-    )
+    qtbot.waitUntil(lambda: engine.loaded_model_name is not None, timeout=TIMEOUT_MS)
     qtbot.waitUntil(lambda: services.local_server.state.running, timeout=TIMEOUT_MS)
-    key = services.local_server.key
-    assert key is not None and key.value is not None
-    with api(session, key.value) as client:
+    with api(session, new_key(session)) as client:
         name = engine.loaded_model_name
         assert name is not None
         stream = client.chat.completions.create(model=name, messages=STORY, max_tokens=2000, stream=True)
@@ -201,3 +235,96 @@ def test_a_reply_waits_for_an_api_request_and_stop_while_waiting_gives_the_promp
     (conversation,) = services.store.list_conversations()
     reply = services.store.list_messages(conversation.id)[-1]
     assert reply.role == "assistant" and reply.status == "complete" and reply.content
+
+
+class RecordingKeyring(MemoryKeyring):
+    """Notes the thread of every keyring call: none may be the GUI thread's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[int] = set()
+
+    def get_password(self, service: str, username: str) -> str | None:
+        self.threads.add(threading.get_ident())
+        return super().get_password(service, username)
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.threads.add(threading.get_ident())
+        super().set_password(service, username, password)
+
+    def delete_password(self, service: str, username: str) -> None:
+        self.threads.add(threading.get_ident())
+        super().delete_password(service, username)
+
+
+def test_keys_are_made_shown_once_to_copy_listed_with_last_use_and_revoked_after_asking(
+    qtbot: QtBot, gui: GuiSessions, home: HearthPaths
+) -> None:
+    recording = RecordingKeyring()
+    keyring.set_keyring(recording)
+    save_settings(home.settings_path, Settings(local_server_port=free_port()))
+    session = gui.open(home, preload_model=False)
+    panel = open_panel(qtbot, session)
+    assert rows(panel) == [] and panel.noKeysLabel.isVisible() and not panel.newKeyBox.isVisible()
+    assert panel.createKeyButton.isEnabled() and not panel.revokeKeyButton.isEnabled()
+    toggle(panel.switch)
+    qtbot.waitUntil(lambda: shown_running(panel), timeout=TIMEOUT_MS)
+
+    key = create_in_panel(qtbot, session, panel, "editor")
+    assert key.startswith("hearth-") and "“editor”" in panel.newKeyCaption.text()
+    assert "not shown again" in panel.newKeyCaption.text()
+    assert panel.keyNote.text() == "The key is kept in the system keyring."
+    click(panel.copyKeyButton)
+    assert QGuiApplication.clipboard().text() == key and panel.keyNote.text() == "The key was copied."
+    qtbot.waitUntil(lambda: len(rows(panel)) == 1, timeout=TIMEOUT_MS)
+    ((name, prefix, created, used),) = rows(panel)
+    assert (name, prefix, used) == ("editor", key[:12] + "…", "Never") and created
+    assert not panel.noKeysLabel.isVisible()
+
+    # A taken name is refused with the reason, and nothing changes.
+    session.answers.text = "Editor"
+    click(panel.createKeyButton)
+    qtbot.waitUntil(lambda: "already an API key" in panel.keyNote.text(), timeout=TIMEOUT_MS)
+    assert len(rows(panel)) == 1 and panel.createKeyButton.isEnabled()
+
+    with api(session, key) as client:
+        client.models.list()  # accepted: no AuthenticationError
+    session.services.local_server.load_keys()
+    qtbot.waitUntil(lambda: rows(panel)[0][3] != "Never", timeout=TIMEOUT_MS)
+
+    click(panel.doneKeyButton)
+    assert not panel.newKeyBox.isVisible() and panel.newKeyEdit.text() == ""
+
+    panel.keyList.setCurrentItem(item(panel, 0))
+    session.answers.confirm = False
+    click(panel.revokeKeyButton)
+    assert "“editor”" in session.answers.confirmations[-1] and len(rows(panel)) == 1
+    with api(session, key) as client:
+        client.models.list()  # still accepted: the user said no
+    session.answers.confirm = True
+    click(panel.revokeKeyButton)
+    qtbot.waitUntil(lambda: panel.keyNote.text().startswith("Revoked “editor”"), timeout=TIMEOUT_MS)
+    assert rows(panel) == [] and panel.noKeysLabel.isVisible()
+    with api(session, key) as client, pytest.raises(openai.AuthenticationError):
+        client.models.list()
+    assert recording.threads and threading.get_ident() not in recording.threads
+
+
+def test_without_a_keyring_a_new_key_works_for_the_session_and_the_panel_says_it_will_not_last(
+    qtbot: QtBot, gui: GuiSessions, home: HearthPaths
+) -> None:
+    keyring.set_keyring(FailKeyring())  # type: ignore[no-untyped-call]
+    save_settings(home.settings_path, Settings(local_server_port=free_port()))
+    session = gui.open(home, preload_model=False)
+    panel = open_panel(qtbot, session)
+    toggle(panel.switch)
+    qtbot.waitUntil(lambda: shown_running(panel), timeout=TIMEOUT_MS)
+    key = create_in_panel(qtbot, session, panel, "script")
+    assert panel.keyNote.text().startswith("Session only:")
+    assert "stops working when Hearth closes" in panel.keyNote.text()
+    qtbot.waitUntil(lambda: len(rows(panel)) == 1, timeout=TIMEOUT_MS)
+    assert rows(panel)[0][0] == "script (this session only)"
+    with api(session, key) as client:
+        client.models.list()
+    session.close()
+    assert ApiKeys(home.home).list_keys() == []  # nothing of it outlives the session

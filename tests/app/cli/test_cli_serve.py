@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from app.cli.main import main
+from app.paths import bundled_embedding_model
 
 REPO = Path(__file__).resolve().parents[3]
 LINE_TIMEOUT_S = 120
@@ -61,12 +62,16 @@ def test_serve_answers_the_openai_client_until_ctrl_c(starter_model: Path, herme
         key = said[-1].removeprefix("API key: ").strip()
         assert "keyring could not keep the key" in lines.get(timeout=LINE_TIMEOUT_S)
 
+        embedding = bundled_embedding_model()
         with openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=120) as api:
-            assert [m.id for m in api.models.list()] == [name]
+            assert [m.id for m in api.models.list()] == [name] + ([embedding.stem] if embedding else [])
             answer = api.chat.completions.create(
                 model=name, messages=[{"role": "user", "content": "Say hello."}], max_tokens=4
             )
             assert answer.choices[0].message.content
+            if embedding is not None:
+                vectors = api.embeddings.create(model=embedding.stem, input=["hello", "world"])
+                assert len(vectors.data) == 2
         with (
             openai.OpenAI(base_url=url, api_key="wrong", max_retries=0) as api,
             pytest.raises(openai.AuthenticationError),
@@ -80,7 +85,8 @@ def test_serve_answers_the_openai_client_until_ctrl_c(starter_model: Path, herme
             for process in psutil.Process(child.pid).children(recursive=True)
             if "spawn_main" in " ".join(process.cmdline())
         ]
-        assert len(runners) == 1, "the model runner should be a child of `hearth serve`"
+        # The chat model's runner, and the embedding model's once an embeddings request started it.
+        assert len(runners) == (2 if embedding else 1), "the runners should be children of `hearth serve`"
         child.send_signal(signal.SIGINT)
         child.wait(timeout=60)
     finally:

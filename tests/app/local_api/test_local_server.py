@@ -14,25 +14,16 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-import keyring
 import openai
 import psutil
 import pytest
-from keyring.backends.fail import Keyring as FailKeyring
 from openai.types.chat import ChatCompletionMessageParam
 
 from app.chat.engine import ChatEngine, TurnCallbacks, TurnResult
 from app.chat.runner_queue import Job, JobCancelled, RunnerQueue
 from app.core import Core
 from app.errors import HearthError
-from app.local_api.server import (
-    API_KEY_NAME,
-    MAX_BODY_BYTES,
-    LocalServer,
-    get_or_create_api_key,
-    replace_api_key,
-)
-from app.secret_store import SecretStore
+from app.local_api.server import MAX_BODY_BYTES, LocalServer
 from inference.protocol import SamplingParams
 
 KEY = "hearth-test-key-0123456789abcdef"
@@ -737,24 +728,7 @@ def test_the_server_listens_on_loopback_only(engine: ChatEngine, server: LocalSe
         serve(engine, port=server.port)
 
 
-# -- the key and the queue -----------------------------------------------------------------------------
-
-
-def test_api_key_is_made_once_kept_in_the_keyring_and_replaced_on_request() -> None:
-    store = SecretStore()
-    first = get_or_create_api_key(store)
-    assert first.persisted and first.value and first.value.startswith("hearth-") and len(first.value) > 40
-    assert keyring.get_password("Hearth", API_KEY_NAME) == first.value
-    assert get_or_create_api_key(SecretStore()).value == first.value
-    renewed = replace_api_key(store)
-    assert renewed.value != first.value and keyring.get_password("Hearth", API_KEY_NAME) == renewed.value
-
-
-def test_api_key_falls_back_to_this_session_without_a_keyring() -> None:
-    store = SecretStore(backend=FailKeyring())  # type: ignore[no-untyped-call]
-    key = get_or_create_api_key(store)
-    assert key.value and not key.persisted
-    assert get_or_create_api_key(store).value == key.value
+# -- the queue -----------------------------------------------------------------------------------------
 
 
 def test_runner_queue_is_first_come_first_served_and_stop_spares_api_requests() -> None:
