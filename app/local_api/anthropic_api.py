@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from app.local_api.replies import MAX_STOP_STRINGS, stop_strings, whole_reply
 from inference.protocol import (
     ChatMessage,
     ErrorKind,
@@ -33,7 +34,6 @@ from inference.protocol import (
 log = logging.getLogger("hearth.local_server")
 
 PATH = "/v1/messages"
-MAX_STOP_SEQUENCES = 16  # as many as /v1/chat/completions takes
 # Anthropic's error type for each status; other 4xx statuses are invalid_request_error, as Anthropic's own
 # API answers them.
 _ERROR_TYPES = {
@@ -152,15 +152,10 @@ def _number(body: dict[str, Any], key: str, low: float, high: float) -> dict[str
 
 
 def _stop_sequences(value: object) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if (
-        not isinstance(value, list)
-        or len(value) > MAX_STOP_SEQUENCES
-        or not all(isinstance(s, str) and s for s in value)
-    ):
-        raise _bad("stop_sequences", f"a list of up to {MAX_STOP_SEQUENCES} non-empty strings")
-    return tuple(value)
+    stops = stop_strings(value, one_string_too=False)
+    if stops is None:
+        raise _bad("stop_sequences", f"a list of up to {MAX_STOP_STRINGS} non-empty strings")
+    return stops
 
 
 def parse_messages_request(body: object, defaults: Callable[[str], SamplingParams]) -> MessagesRequest:
@@ -269,18 +264,11 @@ class Reply:
 
     def whole(self, events: Iterator[TokenDelta | Finished | Failed]) -> dict[str, Any]:
         """The Message for a request not streamed. Raises AnthropicError when the generation fails."""
-        parts: list[str] = []
-        for event in events:
-            if isinstance(event, TokenDelta):
-                parts.append(event.text)
-            elif isinstance(event, Failed):
-                raise failure(event)
-            elif event.stats.stop_reason is StopReason.CANCELLED:
-                log.info("a request was cancelled after %d tokens", event.stats.completion_tokens)
-                raise _cancelled()
-            else:
-                return self._message([{"type": "text", "text": "".join(parts)}], event.stats)
-        raise AnthropicError(500, "The generation ended without finishing.", "api_error")
+        reply = whole_reply(events, failure, _cancelled)
+        if reply is None:
+            raise AnthropicError(500, "The generation ended without finishing.", "api_error")
+        text, stats = reply
+        return self._message([{"type": "text", "text": text}], stats)
 
     def events(
         self, events: Iterator[TokenDelta | Finished | Failed]

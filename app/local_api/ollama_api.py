@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from app.library.installed import InstalledModel
+from app.local_api.replies import MAX_STOP_STRINGS, stop_strings, whole_reply
 from app.local_api.structured import ANY_OBJECT, ResponseFormatError, schema_text
 from inference.gguf import ArraySummary, GGUFError, GGUFHeader, StringSummary, read_header
 from inference.protocol import (
@@ -53,7 +54,6 @@ GENERATE_PATH = "/api/generate"
 # `capabilities` ("completion" only: no tools, images or thinking here).
 VERSION: Final = "0.5.0"
 NDJSON: Final = "application/x-ndjson"
-MAX_STOP_STRINGS = 16  # as many as /v1/chat/completions takes
 # num_predict -1 (no limit) and -2 (fill the context): the runner stops when the context is full anyway.
 UNLIMITED_TOKENS: Final = 2**31 - 1
 # Ollama's name for a model without a tag: clients add it to a name they were given without one.
@@ -140,16 +140,10 @@ def model_name(body: object) -> str:
 
 
 def _stop(value: object) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    stops = [value] if isinstance(value, str) else value
-    if (
-        not isinstance(stops, list)
-        or len(stops) > MAX_STOP_STRINGS
-        or not all(isinstance(s, str) and s for s in stops)
-    ):
+    stops = stop_strings(value, one_string_too=True)
+    if stops is None:
         raise _bad("options.stop", f"a list of up to {MAX_STOP_STRINGS} non-empty strings")
-    return tuple(stops)
+    return stops
 
 
 def _options(value: object, sampling: SamplingParams) -> tuple[SamplingParams, tuple[str, ...]]:
@@ -361,18 +355,10 @@ class Reply:
 
     def whole(self, events: Iterator[TokenDelta | Finished | Failed]) -> dict[str, Any]:
         """The body of a reply not streamed. Raises OllamaError when the generation fails."""
-        parts: list[str] = []
-        for event in events:
-            if isinstance(event, TokenDelta):
-                parts.append(event.text)
-            elif isinstance(event, Failed):
-                raise failure(event)
-            elif event.stats.stop_reason is StopReason.CANCELLED:
-                log.info("a request was cancelled after %d tokens", event.stats.completion_tokens)
-                raise _cancelled()
-            else:
-                return self._final("".join(parts), event.stats)
-        raise OllamaError(500, "the generation ended without finishing")
+        reply = whole_reply(events, failure, _cancelled)
+        if reply is None:
+            raise OllamaError(500, "the generation ended without finishing")
+        return self._final(*reply)
 
     def lines(self, events: Iterator[TokenDelta | Finished | Failed]) -> Iterator[dict[str, Any]]:
         """A streamed reply's lines: one per piece of text, then the last with `done` and the counts; an

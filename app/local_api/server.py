@@ -66,6 +66,7 @@ from app.chat.tool_rounds import ModelCall
 from app.errors import HearthError, ModelNotFound, NoModelLoaded
 from app.local_api import anthropic_api, embeddings, ollama_api
 from app.local_api.api_keys import AcceptedKeys
+from app.local_api.replies import MAX_STOP_STRINGS, stop_strings, whole_reply
 from app.local_api.structured import ResponseFormatError, response_format_schema
 from app.metrics import endpoint_label
 from inference.protocol import (
@@ -105,7 +106,6 @@ LINGER_BYTES = 64 << 10
 LINGER_S = 1.0
 # How often a request's connection is checked for a client that hung up while it waits or generates.
 HANGUP_POLL_S = 0.2
-MAX_STOP_STRINGS = 16
 SEED_LIMIT = 2**32  # llama.cpp seeds are 32-bit
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 # The legacy function-calling fields; `tools` replaced them.
@@ -280,16 +280,10 @@ def _tools(value: object, choice: object) -> tuple[ToolSpec, ...]:
 
 
 def _stop(value: object) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    stops = [value] if isinstance(value, str) else value
-    if (
-        not isinstance(stops, list)
-        or len(stops) > MAX_STOP_STRINGS
-        or not all(isinstance(s, str) and s for s in stops)
-    ):
+    stops = stop_strings(value, one_string_too=True)
+    if stops is None:
         raise _bad("stop", f"a non-empty string or a list of up to {MAX_STOP_STRINGS} of them")
-    return tuple(stops)
+    return stops
 
 
 def parse_chat_request(body: object, defaults: Callable[[str], SamplingParams]) -> ChatRequest:
@@ -974,17 +968,14 @@ class _Handler(BaseHTTPRequestHandler):
                 respond(chain([first], events))
 
     def _answer(self, completion: _Completion, events: Iterator[TokenDelta | Finished | Failed]) -> None:
-        parts: list[str] = []
-        for event in events:
-            if isinstance(event, TokenDelta):
-                parts.append(event.text)
-            elif isinstance(event, Failed):
-                raise _failure(event)
-            elif event.stats.stop_reason is StopReason.CANCELLED:
-                log.info("a request was cancelled after %d tokens", event.stats.completion_tokens)
-                raise RequestError(503, "The request was cancelled.", kind="server_error", code="cancelled")
-            else:
-                self._send_json(200, completion.whole("".join(parts) + completion.unreadable(), event.stats))
+        reply = whole_reply(
+            events,
+            _failure,
+            lambda: RequestError(503, "The request was cancelled.", kind="server_error", code="cancelled"),
+        )
+        if reply is not None:
+            text, stats = reply
+            self._send_json(200, completion.whole(text + completion.unreadable(), stats))
 
     def _start_event_stream(self, content_type: str = "text/event-stream; charset=utf-8") -> None:
         self.send_response(200)
