@@ -10,7 +10,6 @@ import logging
 import re
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -26,18 +25,20 @@ from anthropic.types import (
 )
 
 from app.chat.engine import ChatEngine
-from app.core import Core
 from app.local_api.server import MAX_BODY_BYTES, LocalServer
 from tests.app.local_api.test_local_server import (
     KEY,
     LOOPBACK,
     closed_by_server,
+    model_name,
     raw_exchange,
     read_head,
     request,
-    serve,
+    server,
     wait_until,
 )
+
+__all__ = ["model_name", "server"]
 
 STORY: list[MessageParam] = [
     {"role": "user", "content": "Write a very long story about a lighthouse keeper."}
@@ -47,20 +48,6 @@ COLOURS: list[MessageParam] = [{"role": "user", "content": "Name three colours."
 # client version has no parameter for them any more.
 GREEDY = {"temperature": 0, "top_k": 1}
 PIRATE = "You are a pirate. Answer every question in a pirate's words, and never mention colours."
-
-
-@pytest.fixture
-def model_name(starter_model: Path, core: Core, engine: ChatEngine) -> str:
-    (model,) = core.library.list_models()
-    engine.prepare(model.name)
-    return model.name
-
-
-@pytest.fixture
-def server(engine: ChatEngine) -> Iterator[LocalServer]:
-    running = serve(engine)
-    yield running
-    running.stop()
 
 
 def text_of(message: Message) -> str:

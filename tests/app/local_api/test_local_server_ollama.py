@@ -10,7 +10,6 @@ import logging
 import re
 import socket
 from collections.abc import Generator, Iterator
-from pathlib import Path
 from typing import Any, Literal, cast
 
 import jsonschema
@@ -25,34 +24,23 @@ from tests.app.local_api.test_local_server import (
     KEY,
     LOOPBACK,
     closed_by_server,
+    model_name,
     raw_exchange,
     read_head,
     request,
-    serve,
+    server,
     wait_until,
 )
 from tests.app.local_api.test_local_server_metrics import scrape
 from tests.app.local_api.test_local_server_structured import PERSON
+
+__all__ = ["model_name", "server"]
 
 COLOURS = [{"role": "user", "content": "Name three colours."}]
 STORY = [{"role": "user", "content": "Write a very long story about a lighthouse keeper."}]
 ASK_JSON = "Describe a person as JSON: their name, favourite colour, age and hobbies."
 GREEDY = {"temperature": 0, "seed": 1}
 DURATIONS = ("total_duration", "load_duration", "prompt_eval_duration", "eval_duration")
-
-
-@pytest.fixture
-def model_name(starter_model: Path, core: Core, engine: ChatEngine) -> str:
-    (model,) = core.library.list_models()
-    engine.prepare(model.name)
-    return model.name
-
-
-@pytest.fixture
-def server(engine: ChatEngine) -> Iterator[LocalServer]:
-    running = serve(engine)
-    yield running
-    running.stop()
 
 
 def host(server: LocalServer) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -16,26 +15,13 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from app.chat.engine import ChatEngine
-from app.core import Core
 from app.local_api.server import LocalServer
+from tests.app.local_api.test_local_server import model_name
+from tests.inference.test_grammar import PERSON
+
+__all__ = ["PERSON", "model_name"]
 
 KEY = "hearth-test-key-structured"
-PERSON: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 40},
-        "colour": {"enum": ["red", "green", "blue"]},
-        "age": {"type": "integer", "minimum": 18, "maximum": 99},
-        "hobbies": {
-            "type": "array",
-            "items": {"type": "string", "maxLength": 30},
-            "minItems": 1,
-            "maxItems": 3,
-        },
-    },
-    "required": ["name", "colour", "age", "hobbies"],
-    "additionalProperties": False,
-}
 ASK: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "Describe a person as JSON: their name, favourite colour, age and hobbies."}
 ]
@@ -44,13 +30,6 @@ JSON_SCHEMA: dict[str, Any] = {
     "type": "json_schema",
     "json_schema": {"name": "person", "schema": PERSON, "strict": True},
 }
-
-
-@pytest.fixture
-def model_name(starter_model: Path, core: Core, engine: ChatEngine) -> str:
-    (model,) = core.library.list_models()
-    engine.prepare(model.name)
-    return model.name
 
 
 @pytest.fixture
