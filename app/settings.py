@@ -39,6 +39,9 @@ LANGUAGES = ("system", "en", "zh_CN")
 # How a reply's reasoning is first shown: a collapsed "Thinking" section, expanded, or not at all.
 THINKING_DISPLAYS = ("collapsed", "expanded", "hidden")
 _SAMPLING = SamplingParams()
+# llama.cpp's own limit on sequences in one context is 256; past a few dozen, on a desktop, each reply would
+# crawl.
+MAX_PARALLEL_SLOTS = 32
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,9 @@ class Settings:
     # Ask the Hub, at most once a day when the library opens, whether installed models changed upstream
     # (app.library.updates); off until the user turns it on, since it contacts the Hub unasked.
     check_updates_daily: bool = False
+    # How many replies the runner generates at once (the window's and the local API's, continuous batching in
+    # inference.decoding); more wait their turn. They share the one context's KV cache.
+    parallel_slots: int = 4
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -114,6 +120,10 @@ _VALIDATORS: dict[str, _Rule] = {
     "image_max_side": (lambda v: _is_int(v) and 224 <= v <= 8192, "a number of pixels from 224 to 8192"),
     "local_server_port": (lambda v: _is_int(v) and 1 <= v <= 65535, "a port number from 1 to 65535"),
     "tool_rounds": (lambda v: _is_int(v) and 1 <= v <= 64, "a number of rounds from 1 to 64"),
+    "parallel_slots": (
+        lambda v: _is_int(v) and 1 <= v <= MAX_PARALLEL_SLOTS,
+        f"a number of replies from 1 to {MAX_PARALLEL_SLOTS}",
+    ),
     "tool_timeout_s": (lambda v: _is_number(v) and 1 <= v <= 3600, "a number of seconds from 1 to 3600"),
     "model_defaults": (
         lambda v: _valid_model_defaults(v),

@@ -36,12 +36,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench import results
-
-if TYPE_CHECKING:
-    from inference.runner import CancelFlag
 
 IDLE_SECONDS = 3.0
 TICK_MS = 1
@@ -137,14 +134,15 @@ def history_message(rng: random.Random, index: int) -> str:
 
 def stand_in_runner(
     conn: Connection,
-    cancel: CancelFlag,
     log_path: str | None,
     cpu_variant: str | None = None,
     cpu_reason: str = "",
 ) -> None:
     """The runner process's main (inference.runner.runner_main's signature) with a model that streams the
     tokens in $HEARTH_BENCH_STAND_IN_REPLY at its rate, in the runner's batches."""
+    from inference.decoding import FLUSH_INTERVAL_S
     from inference.protocol import (
+        CancelRequest,
         CountTokensRequest,
         Finished,
         GenerateRequest,
@@ -156,7 +154,7 @@ def stand_in_runner(
         TokenCount,
         TokenDelta,
     )
-    from inference.runner import FLUSH_INTERVAL_S, SHUTDOWN
+    from inference.runner import SHUTDOWN
 
     script = json.loads(Path(os.environ[SCRIPT_ENV]).read_text(encoding="utf-8"))
     tokens: list[str] = script["tokens"]
@@ -184,7 +182,7 @@ def stand_in_runner(
             started = time.perf_counter()
             sent, reason = 0, StopReason.MAX_TOKENS
             while sent < budget:
-                if cancel.value:
+                if conn.poll() and isinstance(conn.recv(), CancelRequest):
                     reason = StopReason.CANCELLED
                     break
                 if rate > 0:

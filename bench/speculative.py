@@ -89,10 +89,6 @@ N_CTX = 2048
 DRAFT_TOKENS = 12  # app.library.load_settings.PROMPT_LOOKUP_TOKENS, what the app asks for
 
 
-class _NeverCancelled:
-    value = False
-
-
 @dataclass(frozen=True)
 class Reply:
     text: str
@@ -104,7 +100,7 @@ class Side:
 
     def __init__(self, model: Path, threads: int, draft_tokens: int) -> None:
         self._sent: list[object] = []
-        self._runner = Runner(self._sent.append, _NeverCancelled())
+        self._runner = Runner(self._sent.append)
         plan = LoadPlan(
             model_path=str(model),
             n_ctx=N_CTX,

@@ -92,7 +92,7 @@ def bare_loop(
     """
     import llama_cpp
 
-    from inference.runner import _sampler_chain
+    from inference.decoding import _sampler_chain
 
     load_backends()
     llm = llama_cpp.Llama(

@@ -30,7 +30,6 @@ from inference.protocol import (
     Failed,
 )
 from inference.runner import (
-    CancelFlag,
     _classify_load_error,
     _disable_llama_cpp_template_compilation,
     prepare_runner_process,
@@ -230,14 +229,11 @@ def _groups(
 
 def embedder_main(
     conn: Connection,
-    cancel: CancelFlag,
     log_path: str | None,
     cpu_variant: str | None = None,
     cpu_reason: str = "",
 ) -> None:
-    """The embedding runner's main function: runner_main's arguments (`cancel` is not used: a request is
-    a few seconds at most)."""
-    del cancel
+    """The embedding runner's main function, with runner_main's arguments."""
     kernels = prepare_runner_process(log_path, cpu_variant, cpu_reason)
     embedder = Embedder(conn.send, kernels)
     serve(

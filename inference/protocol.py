@@ -207,6 +207,9 @@ class LoadPlan:
     # Prompt-lookup speculative decoding (inference.prompt_lookup): up to this many tokens guessed per step;
     # 0: plain decoding.
     draft_tokens: int = 0
+    # The most replies generated at once, each in its own sequence of one KV cache of n_ctx cells
+    # (inference.decoding); more wait their turn.
+    n_parallel: int = 1
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,14 @@ class GenerateRequest:
     # A JSON Schema's text: the reply is held to JSON valid against it, token by token, by a grammar made
     # from it in the runner (inference.grammar). None: free text.
     json_schema: str | None = None
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """Stop the reply to GenerateRequest `request_id` at its next token (or before it starts): it ends with
+    Finished, StopReason.CANCELLED. A reply that has ended already is left alone."""
+
+    request_id: str
 
 
 @dataclass(frozen=True)
@@ -266,9 +277,10 @@ class Loaded:
     # (inference.ggml_backends).
     cpu_kernels: str = ""
     cpu_kernels_reason: str = ""
-    # The longest guess prompt lookup makes with this model here (LoadPlan.draft_tokens, cut to what decodes
-    # exactly as plain decoding: inference.runner._exact_guess_limit); 0: plain decoding.
+    # The longest guess prompt lookup makes with this model here (LoadPlan.draft_tokens; 0, plain decoding,
+    # for a model whose cache cannot take a wrong guess back out).
     draft_tokens: int = 0
+    n_parallel: int = 1  # LoadPlan.n_parallel: replies generated at once
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Final
@@ -39,7 +40,9 @@ class ImageSlot:
 
 
 class Vision:
-    """An mtmd context for one loaded model. Not thread-safe: the runner serves one request at a time."""
+    """An mtmd context for one loaded model. The runner counts and tokenizes prompts on one thread while
+    it decodes on another: whoever uses the context holds `lock`, and an image's slot is tokenized and
+    evaluated under one holding of it, so that no other prompt's pictures can free it in between."""
 
     def __init__(
         self, mmproj_path: str, model: Any, *, n_threads: int, use_gpu: bool, flash_attn: bool
@@ -64,6 +67,7 @@ class Vision:
                 "usually a projector made for another model)"
             )
         self._kept: OrderedDict[bytes, ImageSlot] = OrderedDict()
+        self.lock = threading.Lock()
         if not mtmd_cpp.mtmd_support_vision(self._ctx):
             self.close()
             raise VisionError("the projector has no vision encoder")
@@ -129,8 +133,9 @@ class Vision:
         finally:
             mtmd.mtmd_bitmap_free(bitmap)
 
-    def evaluate(self, llama_ctx: Any, slot: ImageSlot, n_past: int, n_batch: int) -> int:
-        """Encode the image and decode its embeddings at `n_past`; returns the position after it."""
+    def evaluate(self, llama_ctx: Any, slot: ImageSlot, n_past: int, n_batch: int, seq_id: int = 0) -> int:
+        """Encode the image and decode its embeddings at `n_past` of sequence `seq_id`; returns the position
+        after it."""
         import llama_cpp
 
         after = llama_cpp.llama_pos(0)
@@ -139,7 +144,7 @@ class Vision:
             llama_ctx,
             slot.chunk,
             llama_cpp.llama_pos(n_past),
-            llama_cpp.llama_seq_id(0),
+            llama_cpp.llama_seq_id(seq_id),
             n_batch,
             False,
             ctypes.byref(after),

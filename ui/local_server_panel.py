@@ -30,6 +30,7 @@ from app.local_api.api_keys import ApiKeyInfo, CreatedKey
 from app.qt.local_api_service import KeyListing, ServerState
 from app.qt.services import AppServices
 from app.secret_store import SecretResult
+from app.settings import MAX_PARALLEL_SLOTS
 from ui.dialogs import AskText, ConfirmAction, ask_text, confirm_action
 from ui.library_widgets import plain_label, push_button
 
@@ -77,6 +78,12 @@ class LocalServerPanel(QWidget):
         self.portSpin.setRange(1, 65535)
         self.portSpin.setValue(services.settings.local_server_port)
         self.portLabel.setBuddy(self.portSpin)
+        self.parallelLabel = QLabel()
+        self.parallelSpin = QSpinBox()
+        self.parallelSpin.setObjectName("parallelReplies")
+        self.parallelSpin.setRange(1, MAX_PARALLEL_SLOTS)
+        self.parallelSpin.setValue(services.settings.parallel_slots)
+        self.parallelLabel.setBuddy(self.parallelSpin)
         self.urlLabel = QLabel()
         self.urlCaption = QLabel()
         self.urlLabel.setObjectName("localServerUrl")
@@ -122,6 +129,7 @@ class LocalServerPanel(QWidget):
         form = QFormLayout()
         form.addRow(self.portLabel, self.portSpin)
         form.addRow(self.urlCaption, self.urlLabel)
+        form.addRow(self.parallelLabel, self.parallelSpin)
         layout = QVBoxLayout(self)
         layout.addWidget(self.intro)
         layout.addWidget(self.switch)
@@ -140,6 +148,7 @@ class LocalServerPanel(QWidget):
         self._refresh.timeout.connect(self._server.load_keys)
         self.switch.toggled.connect(self._on_switch)
         self.portSpin.valueChanged.connect(lambda _port: self._show_state())
+        self.parallelSpin.valueChanged.connect(lambda n: self._services.update_settings(parallel_slots=n))
         self.keyList.itemSelectionChanged.connect(self._enable_key_buttons)
         self.createKeyButton.clicked.connect(self.create_key)
         self.revokeKeyButton.clicked.connect(self.revoke_key)
@@ -170,6 +179,13 @@ class LocalServerPanel(QWidget):
         self.switch.setText(self.tr("&Serve the loaded model on 127.0.0.1"))
         self.portLabel.setText(self.tr("&Port"))
         self.urlCaption.setText(self.tr("Address"))
+        self.parallelLabel.setText(self.tr("&Replies at once"))
+        self.parallelSpin.setToolTip(
+            self.tr(
+                "How many replies the model writes together: programs using the API and this window's "
+                "chats. They share the context's memory. A change loads the model again at the next reply."
+            )
+        )
         self.keysCaption.setText(self.tr("API &keys"))
         self.keyList.setHeaderLabels(
             [self.tr("Name"), self.tr("Key"), self.tr("Created"), self.tr("Last used")]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -301,13 +303,14 @@ class ChatEngine:
         self._projector_resize: ProjectorResize | None = None
         # How the loaded model writes tool calls, from its template; None: its template takes no tools.
         self._tool_format: ToolCallFormat | None = None
-        # The tools the turn in progress offers: its prompt is counted with them.
-        self._offered_tools: tuple[ToolSpec, ...] = ()
+        # The tools the turn running on this thread offers: its prompt is counted with them. Per thread:
+        # several turns and requests share the runner at once, each on its own thread.
+        self._turn = threading.local()
         # Per conversation, the (server, tool) pairs the user allowed for the rest of the chat.
         self._allowed_tools: dict[int, set[tuple[str, str]]] = {}
-        # GUI turns, measurements, loads and local server requests take the runner in the order they ask.
-        self._queue = RunnerQueue(acquired=self._reset_cancel, cancel_running=self._cancel_running)
-        self._remote_cancel = StreamCancel()
+        # GUI turns, measurements, loads and local server requests take the runner in the order they ask,
+        # up to parallel_slots of them at once (the runner generates that many replies together).
+        self._queue = RunnerQueue(places=lambda: self.settings.parallel_slots)
         self._remote_server: Server | None = None  # the server the last remote turn went to, for status()
         # Final writes of replies that failed (a full disk): written before the next turn, and at close.
         self._unsaved: dict[int, Callable[[], object]] = {}
@@ -385,25 +388,50 @@ class ChatEngine:
         )
 
     def ensure_loaded(
-        self, model_name: str, callbacks: TurnCallbacks | None = None, *, context_length: int | None = None
+        self,
+        model_name: str,
+        callbacks: TurnCallbacks | None = None,
+        *,
+        context_length: int | None = None,
+        job: Job | None = None,
     ) -> Loaded:
         """Blocking. Loads the model (for `context_length`, default: the model's setting, else the global
-        one) unless a live runner already has it loaded for that context length and load settings."""
+        one) unless a live runner already has it loaded for that context length, load settings and number
+        of parallel replies. `job`: the job sharing the runner that asks, which has it alone for the load
+        (RunnerQueue.alone)."""
         model = self.library.get(model_name)
         context_length = context_length or model.load_settings.context_length or self.settings.context_length
-        loaded = self._client.loaded
         was_remote, self._remote_server = self._remote_server is not None, None
+        loaded = self._loaded_as(model, context_length)
+        if loaded is None:
+            with self._queue.alone(job):
+                # Another job may have loaded it while this one waited.
+                loaded = self._loaded_as(model, context_length) or self._load_model(
+                    model, context_length, callbacks
+                )
+                return loaded
+        if was_remote and callbacks is not None:
+            callbacks.model_status(self.status())
+        return loaded
+
+    def _loaded_as(self, model: InstalledModel, context_length: int) -> Loaded | None:
+        loaded, plan = self._client.loaded, self._client.plan
         if (
             loaded is not None
+            and plan is not None
             and self._model is not None
             and self._model.sha256 == model.sha256
             and self._model.projector == model.projector
             and self._context_length == context_length
             and self._model.load_settings == model.load_settings
+            and plan.n_parallel == self.settings.parallel_slots
         ):
-            if was_remote and callbacks is not None:
-                callbacks.model_status(self.status())
             return loaded
+        return None
+
+    def _load_model(
+        self, model: InstalledModel, context_length: int, callbacks: TurnCallbacks | None
+    ) -> Loaded:
         if not Path(model.path).is_file():
             raise ModelNotFound(f"The file for model '{model.name}' is missing: {model.path}")
         try:
@@ -419,6 +447,7 @@ class ChatEngine:
             context_length=context_length,
             global_gpu_layers=self.settings.gpu_layers,
             global_threads=self.settings.n_threads,
+            parallel_replies=self.settings.parallel_slots,
             gpu_offload_supported=backend == "CUDA",
             mmproj_path=str(model.projector.path) if model.projector is not None else None,
             projector_bytes=model.projector.size_bytes if model.projector is not None else 0,
@@ -551,10 +580,12 @@ class ChatEngine:
         """
         # A Stop pressed from here on, even while the model loads, ends this turn; pressed while it waits for
         # the runner, the turn gives up its place (JobCancelled) and nothing is stored.
-        with self._queue.turn(Job(interactive=True)):
+        job = Job(interactive=True)
+        with self._queue.share(job):
             existing = self.store.get_conversation(conversation_id) if conversation_id is not None else None
             path = self.store.list_messages(existing.id) if existing is not None else []
             return self._reply(
+                job,
                 model_name,
                 existing,
                 path,
@@ -580,13 +611,15 @@ class ChatEngine:
         Given a prompt instead of a reply, answers that prompt again. The result's user_message_id is the
         existing prompt. `tools` as for run_turn.
         """
-        with self._queue.turn(Job(interactive=True)):
+        job = Job(interactive=True)
+        with self._queue.share(job):
             target = self.store.get_message(message_id)
             prompt_id = target.parent_id if target.role == "assistant" else target.id
             if target.role == "system" or prompt_id is None:
                 raise HearthError("Only a reply to a prompt, or a prompt itself, can be answered again.")
             conversation = self.store.get_conversation(target.conversation_id)
             return self._reply(
+                job,
                 model_name,
                 conversation,
                 self.store.path_to(prompt_id),
@@ -614,13 +647,15 @@ class ChatEngine:
         new prompt: the window passes the edited prompt's files again, less those the user took off and
         with those added (app.chat.documents.prompt_attachments), and the collections the chat answers from.
         """
-        with self._queue.turn(Job(interactive=True)):
+        job = Job(interactive=True)
+        with self._queue.share(job):
             target = self.store.get_message(message_id)
             if target.role != "user":
                 raise HearthError("Only your own messages can be edited; regenerate a reply instead.")
             conversation = self.store.get_conversation(target.conversation_id)
             path = self.store.path_to(target.parent_id) if target.parent_id is not None else []
             return self._reply(
+                job,
                 model_name,
                 conversation,
                 path,
@@ -652,7 +687,8 @@ class ChatEngine:
         model is estimated, against the context ServerRegistry.context_for gives.
         """
         documents = documents or NO_DOCUMENTS
-        with self._queue.turn(Job()):
+        job = Job()
+        with self._queue.share(job):
             conversation = (
                 self.store.get_conversation(conversation_id) if conversation_id is not None else None
             )
@@ -663,23 +699,23 @@ class ChatEngine:
             target = self.remote_target(model_name)
             if target is not None:
                 return self._measure_remote(target, resolved, path, draft, documents, tools)
-            self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length)
+            self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length, job=job)
             system = resolved.system_prompt
             messages = self._prompt_messages(system, path, draft, images=self._local_images())
             max_tokens = resolved.sampling.max_tokens
             # Counted as the turn counts them: with the tools its template is given (a model that takes no
             # tools refuses them at Send, and here counts none).
-            self._offered_tools = tuple(tools) if self._tool_format is not None else ()
+            self._turn.offered_tools = tuple(tools) if self._tool_format is not None else ()
             try:
                 prepared, fitted = self._plan_local(
                     messages, draft, documents, max_tokens, bool(system), search=False
                 )
                 plain = self._prompt_messages(system, path, draft, with_documents=False)
                 document_tokens = fitted.used_tokens - self._count(plain).n_tokens if plain != messages else 0
-                offered, self._offered_tools = self._offered_tools, ()
+                offered, self._turn.offered_tools = self._turn.offered_tools, ()
                 tool_tokens = fitted.used_tokens - self._count(messages).n_tokens if offered else 0
             finally:
-                self._offered_tools = ()
+                self._turn.offered_tools = ()
             policy = self.settings.overflow_policy
             context = prepared.context if prepared is not None else None
             return ContextUsage(
@@ -745,6 +781,7 @@ class ChatEngine:
 
     def _reply(
         self,
+        job: Job,
         model_name: str,
         conversation: Conversation | None,
         path: list[Message],
@@ -770,6 +807,7 @@ class ChatEngine:
             raise HearthError(refusal)
         if target is not None:
             return self._reply_remote(
+                job,
                 target,
                 model_name,
                 conversation,
@@ -783,14 +821,15 @@ class ChatEngine:
             )
         resolved = self.generation_settings(conversation, model_name)
         sampling = sampling or resolved.sampling
-        self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length)
+        self.ensure_loaded(model_name, callbacks, context_length=resolved.context_length, job=job)
         model = self._model
         assert model is not None
         if tools is not None and self._tool_format is None:
             raise ToolsNotTaken(_no_tools(model.name))
-        self._offered_tools = tools.specs if tools is not None else ()
+        self._turn.offered_tools = tools.specs if tools is not None else ()
         try:
             return self._reply_local(
+                job,
                 model,
                 conversation,
                 path,
@@ -803,10 +842,11 @@ class ChatEngine:
                 tools,
             )
         finally:
-            self._offered_tools = ()
+            self._turn.offered_tools = ()
 
     def _reply_local(
         self,
+        job: Job,
         model: InstalledModel,
         conversation: Conversation | None,
         path: list[Message],
@@ -851,7 +891,7 @@ class ChatEngine:
             reply = ReplyText(markers or DEFAULT_MARKERS, lone_close=markers is not None)
             kernels = self._client.kernels
             calls: list[ModelCall] = []
-            events = self.metrics.metered(Source.WINDOW, self._generate(request))
+            events = self.metrics.metered(Source.WINDOW, self._generate(request, job))
             if offered:
                 assert self._tool_format is not None
                 events = split_tool_calls(events, ToolCallParser(self._tool_format), calls)
@@ -865,7 +905,7 @@ class ChatEngine:
                 return result
             rounds += 1
             after = self._answer_calls(assistant.id, calls, tools, approver, callbacks)
-            if self._client.cancelled:  # Stop pressed while the tools ran: the results are kept
+            if job.cancelled:  # Stop pressed while the tools ran: the results are kept
                 return result
             # The model replies again, after the results: the prompt is the conversation up to them.
             path = self.store.path_to(after)
@@ -1004,6 +1044,7 @@ class ChatEngine:
 
     def _reply_remote(
         self,
+        job: Job,
         target: tuple[Server, str],
         model_name: str,
         conversation: Conversation | None,
@@ -1051,54 +1092,56 @@ class ChatEngine:
             context_note=_joined_notes(prepared.context.note if prepared else None, _tools_note(tools)),
         )
         client = self.servers.client(server)
-        rounds = 0
-        approver: ToolApprover | None = None
-        while True:
-            offered = tools.specs if tools is not None and rounds < self.settings.tool_rounds else ()
-            request_id = uuid.uuid4().hex
-            stream = client.chat(
-                remote_model,
-                messages,
-                sampling,
-                request_id=request_id,
-                cancel=self._remote_cancel,
-                tools=offered,
-            )
-            try:
-                # Stored once the server took the request: one that refuses it leaves nothing new behind.
-                turn = self._begin_turn(conversation, path, prompt, system_prompt, provenance, prepared)
-                conversation_id, user_id, assistant = turn.conversation_id, turn.prompt_id, turn.reply
-                callbacks.started(conversation_id, user_id, assistant.id)
-                if provenance.context_note:
-                    callbacks.context_note(assistant.id, provenance.context_note)
-                # Servers send `reasoning_content` wrapped in <think> … </think>; a server that pre-fills
-                # <think> for an R1 model but streams its raw text sends only the closing marker.
-                reply = ReplyText(DEFAULT_MARKERS)
-                calls: list[ModelCall] = []
-                events = calls_at_the_end(stream, calls)
-                result = self._stream(
-                    conversation_id, user_id, assistant.id, events, reply, callbacks, calls=calls
+        # Stop shuts the stream in progress down at once.
+        cancel = StreamCancel()
+        with job.stopping(cancel.cancel):
+            rounds = 0
+            approver: ToolApprover | None = None
+            while True:
+                offered = tools.specs if tools is not None and rounds < self.settings.tool_rounds else ()
+                request_id = uuid.uuid4().hex
+                stream = client.chat(
+                    remote_model,
+                    messages,
+                    sampling,
+                    request_id=request_id,
+                    cancel=cancel,
+                    tools=offered,
                 )
-            finally:
-                stream.close()
-            if not calls or result.status is not MessageStatus.COMPLETE or tools is None:
-                return result
-            rounds += 1
-            if approver is None:
-                approver = ToolApprover(
-                    callbacks.approve_tool, self._allowed_tools.setdefault(conversation_id, set())
-                )
-            after = self._answer_calls(assistant.id, calls, tools, approver, callbacks)
-            if self._remote_cancel.cancelled:
-                return result
-            path = self.store.path_to(after)
-            messages = tuple(
-                self._prompt_messages(system, path, None, images=ImageSizing(self.settings.image_max_side))
-            )
-            # The next reply follows the results: no new prompt, its documents and note were the first's.
-            conversation = self.store.get_conversation(conversation_id)
-            prompt, prepared = None, None
-            provenance = dataclasses.replace(provenance, context_note=None)
+                try:
+                    # Stored once the server took the request: one that refuses it leaves nothing new behind.
+                    turn = self._begin_turn(conversation, path, prompt, system_prompt, provenance, prepared)
+                    conversation_id, user_id, assistant = turn.conversation_id, turn.prompt_id, turn.reply
+                    callbacks.started(conversation_id, user_id, assistant.id)
+                    if provenance.context_note:
+                        callbacks.context_note(assistant.id, provenance.context_note)
+                    # Servers send `reasoning_content` wrapped in <think> … </think>; a server that pre-fills
+                    # <think> for an R1 model but streams its raw text sends only the closing marker.
+                    reply = ReplyText(DEFAULT_MARKERS)
+                    calls: list[ModelCall] = []
+                    events = calls_at_the_end(stream, calls)
+                    result = self._stream(
+                        conversation_id, user_id, assistant.id, events, reply, callbacks, calls=calls
+                    )
+                finally:
+                    stream.close()
+                if not calls or result.status is not MessageStatus.COMPLETE or tools is None:
+                    return result
+                rounds += 1
+                if approver is None:
+                    approver = ToolApprover(
+                        callbacks.approve_tool, self._allowed_tools.setdefault(conversation_id, set())
+                    )
+                after = self._answer_calls(assistant.id, calls, tools, approver, callbacks)
+                if job.cancelled:
+                    return result
+                path = self.store.path_to(after)
+                sizing = ImageSizing(self.settings.image_max_side)
+                messages = tuple(self._prompt_messages(system, path, None, images=sizing))
+                # The next reply follows the results: no new prompt, its documents and note were the first's.
+                conversation = self.store.get_conversation(conversation_id)
+                prompt, prepared = None, None
+                provenance = dataclasses.replace(provenance, context_note=None)
 
     def _answer_calls(
         self,
@@ -1143,7 +1186,7 @@ class ChatEngine:
 
     def _count(self, messages: Sequence[ChatMessage]) -> TokenCount:
         try:
-            return self._client.count_tokens(tuple(messages), self._offered_tools)
+            return self._client.count_tokens(tuple(messages), getattr(self._turn, "offered_tools", ()))
         except RunnerError as exc:
             if exc.kind is ErrorKind.RUNNER_CRASHED and self._model is not None:
                 self._runner_crashed(self._model.name, exc.message)
@@ -1236,8 +1279,18 @@ class ChatEngine:
         if split.answer or n_tokens:
             callbacks.delta(assistant_id, split.answer, n_tokens)
 
-    def _generate(self, request: GenerateRequest) -> Iterator[PromptReady | TokenDelta | Finished | Failed]:
-        return self._client.generate(request)
+    def _generate(
+        self, request: GenerateRequest, job: Job
+    ) -> Iterator[PromptReady | TokenDelta | Finished | Failed]:
+        """The runner's reply to `request`, which cancelling `job` stops at its next token."""
+        stop = functools.partial(self._client.cancel, request.request_id)
+        with job.stopping(stop):
+            events = self._client.generate(request)
+            for event in events:
+                if isinstance(event, PromptReady) and job.cancelled:
+                    # Cancelled before the request reached the runner: its cancel went nowhere.
+                    stop()
+                yield event
 
     def _flush(self, assistant_id: int, reply: ReplyText) -> None:
         try:
@@ -1307,16 +1360,6 @@ class ChatEngine:
             del self._unsaved[assistant_id]
             log.info("saved the reply %d that a full disk had held back", assistant_id)
 
-    def _reset_cancel(self) -> None:
-        """Called when a turn begins; a Stop after this point, even before generation starts, counts."""
-        self._client.reset_cancel()
-        self._remote_cancel.reset()
-
-    def _cancel_running(self) -> None:
-        """Sets the runner's cancel flag, checked between tokens, and shuts a server's stream down at once."""
-        self._client.cancel()
-        self._remote_cancel.cancel()
-
     def cancel(self) -> None:
         """Safe from any thread: Stop for the GUI's or the CLI's turn, running or waiting for the runner.
         Local server requests are not affected (see cancel_job)."""
@@ -1325,6 +1368,11 @@ class ChatEngine:
     def cancel_job(self, job: Job) -> None:
         """Safe from any thread: a job waiting for the runner gives up its place; a running one stops."""
         self._queue.cancel(job)
+
+    @property
+    def turn_stopped(self) -> bool:
+        """Stop was pressed for the GUI's (or CLI's) turn in progress."""
+        return self._queue.interactive_stopped
 
     @property
     def waiting_jobs(self) -> int:
@@ -1369,14 +1417,15 @@ class ChatEngine:
         Schema's text) the reply is held to JSON valid against it (a schema the runner cannot make a grammar
         of ends in Failed BAD_SCHEMA).
 
-        Waits for the runner in turn with GUI turns and other requests, then yields the runner's deltas and
-        exactly one Finished or Failed. Closing the iterator early (its client went away) cancels the
-        generation and reads what the runner still sends, so the next job finds it idle. Never loads a model:
+        Waits for a place at the runner beside GUI turns and other requests (up to parallel_slots replies
+        are generated at once), then yields the runner's deltas and exactly one Finished or Failed. Closing
+        the iterator early (its client went away) cancels the generation and reads what the runner still
+        sends, so the place is given up only once the runner has let go of the reply. Never loads a model:
         it serves what is loaded. Raises, before anything runs: JobCancelled (cancelled while waiting),
         NoModelLoaded, or ModelNotFound when `model_name` is not the loaded model.
         """
         job = job or Job()
-        with self._queue.turn(job):
+        with self._queue.share(job):
             loaded = self.loaded_model_name
             if loaded is None:
                 raise NoModelLoaded("No model is loaded in Hearth: load one in the window first.")
@@ -1392,7 +1441,7 @@ class ChatEngine:
                 tuple(tools),
                 json_schema=json_schema,
             )
-            events = self.metrics.metered(Source.API, self._generate(request))
+            events = self.metrics.metered(Source.API, self._generate(request, job))
             if tools:
                 assert self._tool_format is not None
                 events = split_tool_calls(

@@ -1,4 +1,10 @@
-"""First come, first served access to the one model runner, shared by GUI turns and local server requests."""
+"""Fair access to the one model runner, shared by GUI turns and local server requests.
+
+The runner generates several replies at once (inference.decoding), so most jobs share it: up to the
+parallel_slots setting of them hold a place together. A load, or anything else that changes what the runner
+holds, has it alone, once the jobs sharing it are done. Either way jobs go in the order they asked: a load
+waits for the replies ahead of it, and no reply asked for after it overtakes it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from app.errors import HearthError
 
@@ -15,7 +22,7 @@ class JobCancelled(HearthError):
 
 
 class Job:
-    """One turn, measurement or API request that waits for, then holds, the runner.
+    """One turn, measurement or API request that waits for, then holds, a place at the runner.
 
     `interactive` jobs are the GUI's and the CLI's own turns: the Stop button and Ctrl+C cancel those, never
     a request another program made through the local server.
@@ -24,65 +31,161 @@ class Job:
     def __init__(self, *, interactive: bool = False) -> None:
         self.interactive = interactive
         self.cancelled = False
+        self._lock = threading.Lock()
+        self._stops: list[Callable[[], None]] = []
+
+    @contextmanager
+    def stopping(self, stop: Callable[[], None]) -> Iterator[None]:
+        """While the block runs, cancelling the job calls `stop` (which ends what the block runs: a reply's
+        generation, a server's stream); at once if the job is cancelled already."""
+        with self._lock:
+            self._stops.append(stop)
+            cancelled = self.cancelled
+        if cancelled:
+            stop()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._stops.remove(stop)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            stops = list(self._stops)
+        for stop in stops:
+            stop()
+
+
+@dataclass(eq=False)
+class _Waiter:
+    job: Job
+    alone: bool
 
 
 class RunnerQueue:
-    """A fair lock: jobs get the runner in the order they asked for it.
+    """A fair lock with shared places: jobs get the runner in the order they asked for it.
 
     `threading.Lock` makes no promise about which waiter wins; with the GUI and several API clients asking
     at once, one of them could wait indefinitely.
     """
 
-    def __init__(self, *, acquired: Callable[[], None], cancel_running: Callable[[], None]) -> None:
-        # acquired: called as a job takes the runner (clears a Stop meant for the job before);
-        # cancel_running: stops what the runner is doing now. Both run under the queue's lock.
-        self._acquired = acquired
-        self._cancel_running = cancel_running
+    def __init__(self, *, places: Callable[[], int] = lambda: 1) -> None:
+        # places: how many jobs may share the runner, read at each admission (the setting may change).
+        self._places = places
         self._changed = threading.Condition()
-        self._waiting: deque[Job] = deque()
-        self._holder: Job | None = None
+        self._waiting: deque[_Waiter] = deque()
+        self._sharing: set[Job] = set()
+        self._alone: Job | None = None
 
     @property
     def waiting(self) -> int:
-        """Jobs waiting for the runner (not counting the one holding it)."""
+        """Jobs waiting for the runner (not counting those holding it)."""
         with self._changed:
             return len(self._waiting)
 
     @contextmanager
-    def turn(self, job: Job) -> Iterator[None]:
-        """Wait for the runner, hold it for the block. Raises JobCancelled if cancelled while waiting."""
-        with self._changed:
-            self._waiting.append(job)
-            try:
-                while not job.cancelled and (self._holder is not None or self._waiting[0] is not job):
-                    self._changed.wait()
-                if job.cancelled:
-                    raise JobCancelled("Stopped before it started: nothing was sent to the model.")
-            finally:
-                self._waiting.remove(job)
-                # The next in line may go now, or this job was in its way and gave up.
-                self._changed.notify_all()
-            self._holder = job
-            # From here a cancel reaches the runner through cancel_running.
-            self._acquired()
+    def share(self, job: Job) -> Iterator[None]:
+        """Wait for a place beside the other jobs sharing the runner, hold it for the block. Raises
+        JobCancelled if cancelled while waiting."""
+        self._enter(_Waiter(job, alone=False), first=False)
         try:
             yield
         finally:
-            with self._changed:
-                self._holder = None
+            self._leave(job)
+
+    @contextmanager
+    def turn(self, job: Job) -> Iterator[None]:
+        """Wait for the runner to be free of every other job, hold it alone for the block. Raises
+        JobCancelled if cancelled while waiting."""
+        self._enter(_Waiter(job, alone=True), first=False)
+        try:
+            yield
+        finally:
+            self._leave(job)
+
+    @contextmanager
+    def alone(self, job: Job | None) -> Iterator[None]:
+        """For a job sharing the runner that must change what it holds (load another model): it gives up
+        its place, has the runner alone once the others sharing it are done (before any job that asked after
+        it), then shares again. A job that holds it alone already, or none (a caller outside the queue),
+        just runs the block."""
+        with self._changed:
+            sharing = job is not None and job in self._sharing
+            if sharing:
+                assert job is not None
+                self._sharing.discard(job)
                 self._changed.notify_all()
+        if not sharing:
+            yield
+            return
+        assert job is not None
+        try:
+            self._enter(_Waiter(job, alone=True), first=True)
+        except JobCancelled:
+            self._enter(_Waiter(job, alone=False), first=True, cancellable=False)
+            raise
+        try:
+            yield
+        finally:
+            self._leave(job)
+            self._enter(_Waiter(job, alone=False), first=True, cancellable=False)
+
+    def _enter(self, waiter: _Waiter, *, first: bool, cancellable: bool = True) -> None:
+        job = waiter.job
+        with self._changed:
+            if first:
+                self._waiting.appendleft(waiter)
+            else:
+                self._waiting.append(waiter)
+            try:
+                while not (cancellable and job.cancelled) and not self._may_go(waiter):
+                    self._changed.wait()
+                if cancellable and job.cancelled:
+                    raise JobCancelled("Stopped before it started: nothing was sent to the model.")
+            finally:
+                self._waiting.remove(waiter)
+                # The next in line may go now, or this job was in its way and gave up.
+                self._changed.notify_all()
+            if waiter.alone:
+                self._alone = job
+            else:
+                self._sharing.add(job)
+
+    def _may_go(self, waiter: _Waiter) -> bool:
+        if self._waiting[0] is not waiter or self._alone is not None:
+            return False
+        if waiter.alone:
+            return not self._sharing
+        return len(self._sharing) < max(1, self._places())
+
+    def _leave(self, job: Job) -> None:
+        with self._changed:
+            if self._alone is job:
+                self._alone = None
+            self._sharing.discard(job)
+            self._changed.notify_all()
 
     def cancel(self, job: Job) -> None:
         """Safe from any thread: a waiting job gives up its place, a running one stops at the next token."""
+        job.cancel()
         with self._changed:
-            job.cancelled = True
-            if self._holder is job:
-                self._cancel_running()
             self._changed.notify_all()
 
     def cancel_interactive(self) -> None:
-        """The Stop button: the GUI's (or CLI's) turn, running or waiting; API requests go on."""
+        """The Stop button: the GUI's (or CLI's) turns, running or waiting; API requests go on."""
+        for job in self._jobs():
+            if job.interactive:
+                self.cancel(job)
+
+    @property
+    def interactive_stopped(self) -> bool:
+        """Stop was pressed for a GUI or CLI turn that holds the runner now."""
         with self._changed:
-            for job in [*self._waiting, self._holder]:
-                if job is not None and job.interactive:
-                    self.cancel(job)
+            holders = [*self._sharing, *([self._alone] if self._alone is not None else [])]
+        return any(job.interactive and job.cancelled for job in holders)
+
+    def _jobs(self) -> list[Job]:
+        with self._changed:
+            held = [self._alone] if self._alone is not None else []
+            return [*(w.job for w in self._waiting), *self._sharing, *held]

@@ -273,6 +273,7 @@ def plan_model_load(
     global_gpu_layers: str | int,
     global_threads: int | None,
     gpu_offload_supported: bool,
+    parallel_replies: int = 1,
     mmproj_path: str | None = None,
     projector_bytes: int = 0,
 ) -> LoadPlan:
@@ -299,6 +300,7 @@ def plan_model_load(
         tensor_split=settings.tensor_split,
         use_mlock=settings.mlock,
     )
+    plan = replace(plan, n_parallel=parallel_replies)
     if settings.prompt_lookup:
         plan = replace(plan, draft_tokens=PROMPT_LOOKUP_TOKENS)
     if settings.automatic:

@@ -72,7 +72,7 @@ class _SignalCallbacks(TurnCallbacks):
         service = self._service
         try:
             service.toolApprovalRequested.emit(pending)
-            return pending.wait(lambda: service.engine.client.cancelled or service.closing)
+            return pending.wait(lambda: service.engine.turn_stopped or service.closing)
         finally:
             service.toolApprovalEnded.emit(pending)
 

@@ -255,16 +255,12 @@ def test_any_value_is_any_value_and_patterns_keep_their_quotes() -> None:
 # --- llama.cpp and the real starter model ------------------------------------------------------------
 
 
-class _NeverCancelled:
-    value = False
-
-
 class InProcess:
     """The runner's own code in this process: a grammar llama.cpp chokes on would take the tests down."""
 
     def __init__(self, path: Path) -> None:
         self.sent: list[object] = []
-        self.runner = Runner(self.sent.append, _NeverCancelled())
+        self.runner = Runner(self.sent.append)
         plan = LoadPlan(
             model_path=str(path), n_ctx=1024, n_gpu_layers=0, n_layers=30, flash_attn=True, n_threads=2
         )

@@ -3,9 +3,7 @@ llama.cpp really allocated next to what the plan predicted."""
 
 from __future__ import annotations
 
-import ctypes
 import gc
-import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -130,7 +128,7 @@ def test_runner_reports_measured_memory_next_to_the_prediction(starter_model: Pa
         gpu_offload_supported=False,
     )
     replies: list[object] = []
-    runner = Runner(replies.append, multiprocessing.RawValue(ctypes.c_bool, False))
+    runner = Runner(replies.append)
     runner.load(LoadRequest(load_plan))
     del runner
     gc.collect()

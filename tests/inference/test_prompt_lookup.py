@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from inference.decoding import TIMED_DECODES, _decode_at, _decode_every, _GuessCosts
 from inference.prompt_lookup import MAX_NGRAM, MIN_NGRAM, PromptLookup
 from inference.protocol import (
     ChatMessage,
@@ -22,7 +23,7 @@ from inference.protocol import (
     StopReason,
     TokenDelta,
 )
-from inference.runner import TIMED_DECODES, Runner, _decode, _decode_every, _GuessCosts, _prompt_tokens
+from inference.runner import Runner, _prompt_tokens
 
 # Short enough that prompt and reply stay within the first 256 positions, where ggml's CPU attention
 # (flash attention on) gives a batch the logits each token gets alone (bench/speculative.py shows where it
@@ -88,14 +89,10 @@ def test_appending_token_by_token_drafts_as_the_scan_does() -> None:
 # --- the runner ------------------------------------------------------------------------------------
 
 
-class _NeverCancelled:
-    value = False
-
-
 class Loaded:
     def __init__(self, plan: LoadPlan) -> None:
         self.sent: list[object] = []
-        self.runner = Runner(self.sent.append, _NeverCancelled())
+        self.runner = Runner(self.sent.append)
         self.runner.load(LoadRequest(plan))
         assert self.runner._model is not None, self.sent
 
@@ -124,7 +121,7 @@ class Loaded:
         model = self.runner._model
         assert model is not None
         memory = llama_cpp.llama_get_memory(model.llm.ctx)
-        return int(llama_cpp.llama_memory_seq_pos_max(memory, 0)) + 1 == len(model.cached)
+        return int(llama_cpp.llama_memory_seq_pos_max(memory, 0)) + 1 == len(model.slots[0].cached)
 
 
 @pytest.fixture(scope="module")
@@ -160,9 +157,8 @@ def batched_logits_are_exact(side: Loaded) -> bool:
     batch = llama_cpp.llama_batch_init(8, 0, 1)
     try:
         llama_cpp.llama_memory_clear(memory, True)
-        model.cached.clear()
-        _decode(model, tokens[:-8])
-        start = len(model.cached)
+        model.slots[0].emptied()
+        start = _decode_at(ctx, tokens[:-8], 0, model.plan.n_batch)
         alone = []
         for i, token in enumerate(tokens[-8:]):
             assert _decode_every(ctx, batch, [token], start + i)
@@ -173,7 +169,7 @@ def batched_logits_are_exact(side: Loaded) -> bool:
     finally:
         llama_cpp.llama_batch_free(batch)
         llama_cpp.llama_memory_clear(memory, True)
-        model.cached.clear()
+        model.slots[0].emptied()
     return alone == together
 
 

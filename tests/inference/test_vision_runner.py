@@ -6,9 +6,7 @@ model is refused at load with a sentence, are."""
 
 from __future__ import annotations
 
-import ctypes
 import io
-import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,7 +48,7 @@ def png(colour: str, size: tuple[int, int] = (40, 30)) -> ImageInput:
 class LoadedRunner:
     def __init__(self, starter_model: Path, mmproj: Path | None) -> None:
         self.replies: list[object] = []
-        self.runner = Runner(self.replies.append, multiprocessing.RawValue(ctypes.c_bool, False))
+        self.runner = Runner(self.replies.append)
         plan = plan_load(
             str(starter_model),
             read_header(starter_model),

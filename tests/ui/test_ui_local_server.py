@@ -20,7 +20,7 @@ from pytestqt.qtbot import QtBot
 
 from app.local_api.api_keys import ApiKeys
 from app.paths import HearthPaths, bundled_embedding_model
-from app.settings import Settings, save_settings
+from app.settings import Settings, load_settings, save_settings
 from tests.conftest import MemoryKeyring
 from tests.helpers.ui_fixtures import GuiSession, GuiSessions, click
 from ui.local_server_panel import LocalServerDialog, LocalServerPanel
@@ -200,7 +200,14 @@ def test_a_server_left_on_starts_with_the_window_and_stops_with_it(
 def serving_home(home: HearthPaths, starter_model: Path) -> Iterator[HearthPaths]:
     save_settings(
         home.settings_path,
-        Settings(local_server_enabled=True, local_server_port=free_port(), max_tokens=8, temperature=0.0),
+        # One reply at a time: the window's turn waits for the API's.
+        Settings(
+            local_server_enabled=True,
+            local_server_port=free_port(),
+            max_tokens=8,
+            temperature=0.0,
+            parallel_slots=1,
+        ),
     )
     yield home
 
@@ -235,6 +242,43 @@ def test_a_reply_waits_for_an_api_request_and_stop_while_waiting_gives_the_promp
     (conversation,) = services.store.list_conversations()
     reply = services.store.list_messages(conversation.id)[-1]
     assert reply.role == "assistant" and reply.status == "complete" and reply.content
+
+
+@pytest.mark.model
+def test_the_window_answers_beside_an_api_request_and_the_panel_sets_how_many_replies_at_once(
+    qtbot: QtBot, gui: GuiSessions, home: HearthPaths, starter_model: Path
+) -> None:
+    save_settings(
+        home.settings_path,
+        Settings(local_server_enabled=True, local_server_port=free_port(), max_tokens=8, temperature=0.0),
+    )
+    session = gui.open(home)
+    window, services = session.window, session.services
+    engine = services.chat.engine
+    qtbot.waitUntil(lambda: engine.loaded_model_name is not None, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: services.local_server.state.running, timeout=TIMEOUT_MS)
+    with api(session, new_key(session)) as client:
+        name = engine.loaded_model_name
+        assert name is not None
+        stream = client.chat.completions.create(model=name, messages=STORY, max_tokens=2000, stream=True)
+        next(iter(stream))  # the API request is being written
+
+        QTest.keyClicks(window.composer, "Say hello.")
+        click(window.sendButton)
+        # Written beside it, not after it: the window's reply ends while the API's goes on.
+        qtbot.waitUntil(lambda: window.sendButton.isEnabled(), timeout=TIMEOUT_MS)
+        assert engine.waiting_jobs == 0
+        (conversation,) = services.store.list_conversations()
+        reply = services.store.list_messages(conversation.id)[-1]
+        assert reply.role == "assistant" and reply.status == "complete" and reply.content
+        assert next(iter(stream)).choices  # still streaming
+        stream.close()
+
+    panel = open_panel(qtbot, session)
+    assert panel.parallelSpin.value() == 4
+    panel.parallelSpin.setValue(2)
+    assert services.settings.parallel_slots == 2
+    assert load_settings(home.settings_path).parallel_slots == 2
 
 
 class RecordingKeyring(MemoryKeyring):

@@ -24,6 +24,7 @@ from sqlalchemy import create_engine
 import app.chat.engine as engine_module
 import app.storage.db as db_module
 from app.chat.engine import ChatEngine, TurnCallbacks
+from app.chat.runner_queue import Job
 from app.conversations.store import HIT_END, HIT_START, ConversationStore
 from app.core import Core
 from app.errors import HearthError
@@ -279,7 +280,7 @@ class ScriptedEngine(ChatEngine):
 
     script: Iterator[Event] = iter(())
 
-    def _generate(self, request: GenerateRequest) -> Iterator[Event]:
+    def _generate(self, request: GenerateRequest, job: Job) -> Iterator[Event]:
         return self.script
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from app.chat.engine import ChatEngine, TurnCallbacks
+from app.chat.runner_queue import Job
 from app.core import Core
 from app.errors import HearthError
 from app.settings import SettingsStore
@@ -53,7 +54,7 @@ class ScriptedTools(ChatEngine):
     scripts: list[list[str]]
     requests: list[GenerateRequest]
 
-    def _generate(self, request: GenerateRequest) -> Iterator[Event]:
+    def _generate(self, request: GenerateRequest, job: Job) -> Iterator[Event]:
         self.requests.append(request)
         deltas = self.scripts.pop(0)
         yield PromptReady(request.request_id, self.count_for(request), "")

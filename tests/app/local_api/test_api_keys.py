@@ -7,7 +7,6 @@ import http.client
 import json
 import logging
 import stat
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,15 +27,9 @@ from app.local_api.api_keys import (
 )
 from app.local_api.server import LocalServer
 from tests.conftest import MemoryKeyring
+from tests.helpers.waiting import wait_until
 
 SERVICE = "Hearth"
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def memory() -> MemoryKeyring:

@@ -25,6 +25,7 @@ from app.core import Core
 from app.errors import HearthError
 from app.local_api.server import MAX_BODY_BYTES, LocalServer
 from inference.protocol import SamplingParams
+from tests.helpers.waiting import wait_until
 
 KEY = "hearth-test-key-0123456789abcdef"
 LOOPBACK = "127.0.0.1"
@@ -34,18 +35,19 @@ STORY: list[ChatCompletionMessageParam] = [
 COLOURS: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colours."}]
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 @pytest.fixture
 def model_name(starter_model: Path, core: Core, engine: ChatEngine) -> str:
     (model,) = core.library.list_models()
     engine.prepare(model.name)
     return model.name
+
+
+@pytest.fixture
+def one_reply_at_a_time(model_name: str, engine: ChatEngine) -> str:
+    """The model loaded with room for one reply: requests and turns wait for the runner in turn."""
+    engine.settings_store.update(parallel_slots=1)
+    engine.prepare(model_name)
+    return model_name
 
 
 def serve(engine: ChatEngine, port: int = 0, **options: Any) -> LocalServer:
@@ -214,8 +216,9 @@ def test_a_prompt_longer_than_the_context_is_400(model_name: str, client: openai
 
 @pytest.mark.model
 def test_requests_and_a_gui_turn_take_the_runner_in_order(
-    model_name: str, engine: ChatEngine, client: openai.OpenAI
+    one_reply_at_a_time: str, engine: ChatEngine, client: openai.OpenAI
 ) -> None:
+    model_name = one_reply_at_a_time
     first = client.chat.completions.create(
         model=model_name, messages=STORY, temperature=0, max_tokens=2000, stream=True
     )
@@ -277,9 +280,10 @@ def test_hanging_up_mid_stream_cancels_the_generation(
 
 @pytest.mark.model
 def test_hanging_up_while_waiting_gives_up_the_place_in_line(
-    model_name: str, engine: ChatEngine, server: LocalServer, client: openai.OpenAI,
+    one_reply_at_a_time: str, engine: ChatEngine, server: LocalServer, client: openai.OpenAI,
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
+    model_name = one_reply_at_a_time
     caplog.set_level(logging.INFO, logger="hearth")
     running = client.chat.completions.create(
         model=model_name, messages=STORY, temperature=0, max_tokens=2000, stream=True
@@ -732,8 +736,7 @@ def test_the_server_listens_on_loopback_only(engine: ChatEngine, server: LocalSe
 
 
 def test_runner_queue_is_first_come_first_served_and_stop_spares_api_requests() -> None:
-    cancelled_running: list[bool] = []
-    queue = RunnerQueue(acquired=lambda: None, cancel_running=lambda: cancelled_running.append(True))
+    queue = RunnerQueue()
     holder, api, gui, order = Job(), Job(), Job(interactive=True), []
 
     def queued(n: int) -> Callable[[], bool]:
@@ -754,10 +757,14 @@ def test_runner_queue_is_first_come_first_served_and_stop_spares_api_requests() 
             wait_until(queued(len(threads)), f"{name} to queue")
         queue.cancel_interactive()  # the Stop button: the GUI's turn leaves the line, the API's stays
         wait_until(lambda: queue.waiting == 3, "the GUI turn to leave")
-        assert cancelled_running == []
+        assert not holder.cancelled and not api.cancelled
     for thread in threads:
         thread.join(10)
     assert order == ["gui cancelled", "first", "api", "third"]
-    with queue.turn(Job(interactive=True)):
+    stopped: list[str] = []
+    running = Job(interactive=True)
+    with queue.share(running), running.stopping(lambda: stopped.append("generation")):
+        assert not queue.interactive_stopped
         queue.cancel_interactive()
-    assert cancelled_running == [True]
+        assert queue.interactive_stopped
+    assert stopped == ["generation"]

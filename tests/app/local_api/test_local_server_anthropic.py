@@ -35,8 +35,8 @@ from tests.app.local_api.test_local_server import (
     read_head,
     request,
     server,
-    wait_until,
 )
+from tests.helpers.waiting import wait_until
 
 __all__ = ["model_name", "server"]
 

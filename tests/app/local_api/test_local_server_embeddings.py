@@ -34,8 +34,8 @@ from tests.app.local_api.test_local_server import (
     raw_exchange,
     request,
     serve,
-    wait_until,
 )
+from tests.helpers.waiting import wait_until
 
 # The fixture this file takes from the server's main tests, named here so that pytest finds it.
 __all__ = ["model_name"]

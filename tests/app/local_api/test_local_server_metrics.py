@@ -27,15 +27,16 @@ from tests.app.local_api.test_local_server import (
     STORY,
     client,
     model_name,
+    one_reply_at_a_time,
     raw_exchange,
     server,
-    wait_until,
 )
 from tests.conftest import starter_model_file
 from tests.helpers.model_files import with_chat_template
+from tests.helpers.waiting import wait_until
 
 # The fixtures this file takes from the server's main tests, named here so that pytest finds them.
-__all__ = ["client", "model_name", "server"]
+__all__ = ["client", "model_name", "one_reply_at_a_time", "server"]
 
 CHAT = "/v1/chat/completions"
 PLAIN_TEMPLATE = (
@@ -201,8 +202,9 @@ def test_requests_tokens_and_replies_are_what_the_api_answered(
 
 @pytest.mark.model
 def test_the_windows_turns_are_counted_apart_and_the_queue_is_read_when_scraped(
-    model_name: str, engine: ChatEngine, server: LocalServer, client: openai.OpenAI
+    one_reply_at_a_time: str, engine: ChatEngine, server: LocalServer, client: openai.OpenAI
 ) -> None:
+    model_name = one_reply_at_a_time
     first = client.chat.completions.create(
         model=model_name, messages=STORY, temperature=0, max_tokens=2000, stream=True
     )

@@ -29,10 +29,10 @@ from tests.app.local_api.test_local_server import (
     read_head,
     request,
     server,
-    wait_until,
 )
 from tests.app.local_api.test_local_server_metrics import scrape
 from tests.app.local_api.test_local_server_structured import PERSON
+from tests.helpers.waiting import wait_until
 
 __all__ = ["model_name", "server"]
 

@@ -1,0 +1,297 @@
+"""Several replies generated at once (continuous batching, inference.decoding), on the real starter model:
+through the runner process as the app drives it, and in this process where a test looks at the slots."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from inference.client import RunnerClient
+from inference.protocol import (
+    ChatMessage,
+    ErrorKind,
+    Failed,
+    Finished,
+    GenerateRequest,
+    GenerationStats,
+    LoadPlan,
+    LoadRequest,
+    PromptReady,
+    SamplingParams,
+    StopReason,
+    TokenDelta,
+)
+from inference.runner import Runner
+
+pytestmark = pytest.mark.model
+
+# Each prompt starts a list the model continues in its own words: a reply that read another sequence's
+# cache, or was sampled from another's logits, would say the wrong things.
+LISTS = {
+    "numbers": ("Continue the list: 1, 2, 3, 4, 5,", ("3, 4",)),
+    "letters": ("Continue the alphabet: A, B, C, D,", ("E", "F")),
+    "days": ("Continue the list: Monday, Tuesday, Wednesday,", ("Monday", "Wednesday")),
+    "months": ("Continue the list: January, February, March,", ("January", "March")),
+}
+WORDS_OF_OTHERS = {
+    "numbers": ("Monday", "January", " B,"),
+    "letters": ("Monday", "January", "5,"),
+    "days": ("January", " B,", "5,"),
+    "months": ("Monday", " B,", "5,"),
+}
+LONG = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+
+
+def plan_for(path: str, *, n_ctx: int = 2048, n_parallel: int = 4) -> LoadPlan:
+    return LoadPlan(
+        model_path=path,
+        n_ctx=n_ctx,
+        n_gpu_layers=0,
+        n_layers=30,
+        flash_attn=True,
+        n_threads=2,
+        n_parallel=n_parallel,
+    )
+
+
+@dataclass
+class Stream:
+    """One reply as a client thread saw it, event by event, in the order all threads saw theirs."""
+
+    name: str
+    text: str = ""
+    events: list[object] = field(default_factory=list)
+    first_delta_at: int | None = None  # positions in the shared order of events
+    ended_at: int | None = None
+
+    @property
+    def stats(self) -> GenerationStats:
+        [finished] = [e for e in self.events if isinstance(e, Finished)]
+        return finished.stats
+
+
+class Streams:
+    """Replies read by one thread each, all sent at the same moment."""
+
+    def __init__(self, client: RunnerClient) -> None:
+        self._client = client
+        self._order = 0
+        self._lock = threading.Lock()
+
+    def _tick(self) -> int:
+        with self._lock:
+            self._order += 1
+            return self._order
+
+    def run(
+        self,
+        requests: dict[str, GenerateRequest],
+        on_event: Callable[[Stream, object], None] = lambda _stream, _event: None,
+    ) -> dict[str, Stream]:
+        streams = {name: Stream(name) for name in requests}
+        start = threading.Barrier(len(requests))
+
+        def read(name: str) -> None:
+            stream = streams[name]
+            start.wait()
+            for event in self._client.generate(requests[name]):
+                stream.events.append(event)
+                if isinstance(event, TokenDelta):
+                    stream.text += event.text
+                    if stream.first_delta_at is None:
+                        stream.first_delta_at = self._tick()
+                on_event(stream, event)
+            stream.ended_at = self._tick()
+
+        threads = [threading.Thread(target=read, args=(name,)) for name in requests]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(600)
+        assert not any(thread.is_alive() for thread in threads), "a reply never ended"
+        return streams
+
+
+def request(name: str, prompt: str, sampling: SamplingParams = LONG) -> GenerateRequest:
+    return GenerateRequest(name, (ChatMessage("user", prompt),), sampling)
+
+
+@pytest.fixture
+def client(starter_model: str) -> Iterator[RunnerClient]:
+    runner = RunnerClient()
+    loaded = runner.load(plan_for(starter_model))
+    assert loaded.n_parallel == 4
+    yield runner
+    runner.close()
+
+
+@pytest.fixture(scope="module")
+def starter_model() -> str:
+    from tests.conftest import starter_model_file
+
+    path = starter_model_file()
+    if path is None:
+        pytest.skip("the starter model is not installed")
+    return str(path)
+
+
+def test_replies_asked_for_at_once_are_written_together_each_from_its_own_prompt(
+    client: RunnerClient,
+) -> None:
+    streams = Streams(client).run({name: request(name, prompt) for name, (prompt, _) in LISTS.items()})
+
+    # Every reply was under way before any of them ended: they were decoded side by side.
+    firsts = [s.first_delta_at for s in streams.values()]
+    ends = [s.ended_at for s in streams.values()]
+    assert all(first is not None for first in firsts) and all(end is not None for end in ends)
+    assert max(f for f in firsts if f is not None) < min(e for e in ends if e is not None)
+    for name, stream in streams.items():
+        assert stream.stats.stop_reason is StopReason.MAX_TOKENS
+        assert stream.stats.completion_tokens == LONG.max_tokens
+        assert sum(e.n_tokens for e in stream.events if isinstance(e, TokenDelta)) == LONG.max_tokens
+        _, own = LISTS[name]
+        assert all(word in stream.text for word in own), (name, stream.text)
+        assert not any(word in stream.text for word in WORDS_OF_OTHERS[name]), (name, stream.text)
+
+
+def test_cancelling_one_reply_leaves_the_others_running(client: RunnerClient) -> None:
+    def cancel_letters(stream: Stream, event: object) -> None:
+        if stream.name == "letters" and isinstance(event, TokenDelta) and stream.first_delta_at is not None:
+            client.cancel("letters")
+
+    names = ("numbers", "letters", "days")
+    streams = Streams(client).run({n: request(n, LISTS[n][0]) for n in names}, cancel_letters)
+
+    assert streams["letters"].stats.stop_reason is StopReason.CANCELLED
+    assert streams["letters"].stats.completion_tokens < LONG.max_tokens
+    for name in ("numbers", "days"):
+        assert streams[name].stats.stop_reason is StopReason.MAX_TOKENS
+        assert streams[name].stats.completion_tokens == LONG.max_tokens
+
+
+def test_a_conversation_finds_its_cache_in_its_slot_after_other_conversations(client: RunnerClient) -> None:
+    first_turn = (ChatMessage("user", "Name three rivers of Europe."),)
+    [first] = Streams(client).run({"a1": GenerateRequest("a1", first_turn, LONG)}).values()
+    # Another conversation with the same system prompt (the template's own) in between, then two at once.
+    Streams(client).run({"b": request("b", LISTS["days"][0])})
+    Streams(client).run({"c": request("c", LISTS["months"][0]), "d": request("d", LISTS["letters"][0])})
+    follow_up = (*first_turn, ChatMessage("assistant", first.text), ChatMessage("user", "And three of Asia?"))
+    [second] = Streams(client).run({"a2": GenerateRequest("a2", follow_up, LONG)}).values()
+
+    # The first turn's prompt and reply were still cached: only the new message and the header were read.
+    assert first.stats.prompt_tokens is not None
+    assert second.stats.cached_prompt_tokens >= first.stats.prompt_tokens + first.stats.completion_tokens - 2
+
+
+def test_a_runner_that_dies_ends_every_reply_in_progress(starter_model: str) -> None:
+    client = RunnerClient()
+    client.load(plan_for(starter_model))
+    started = threading.Barrier(3, timeout=60)
+
+    def kill_once_all_stream(stream: Stream, event: object) -> None:
+        streaming = isinstance(event, TokenDelta) and len(stream.events) == 2
+        if streaming and started.wait() == 0:
+            client.kill()
+
+    try:
+        sampling = SamplingParams(temperature=0.0, max_tokens=2000, ignore_eos=True)
+        names = ("numbers", "letters", "days")
+        streams = Streams(client).run(
+            {n: request(n, LISTS[n][0], sampling) for n in names}, kill_once_all_stream
+        )
+    finally:
+        client.close()
+
+    for stream in streams.values():
+        [failed] = [e for e in stream.events if isinstance(e, Failed)]
+        assert failed.kind is ErrorKind.RUNNER_CRASHED
+        assert not any(isinstance(e, Finished) for e in stream.events)
+
+
+class InProcess:
+    """A Runner in this process, generating on its own decode thread as in the runner process."""
+
+    def __init__(self, plan: LoadPlan) -> None:
+        self.sent: list[object] = []
+        self._arrived = threading.Condition()
+        self.runner = Runner(self._send, threaded=True)
+        self.runner.load(LoadRequest(plan))
+        assert self.runner._model is not None, self.sent
+
+    def _send(self, message: object) -> None:
+        with self._arrived:
+            self.sent.append(message)
+            self._arrived.notify_all()
+
+    def finished(self, request_id: str) -> Finished | Failed:
+        def ended() -> list[Finished | Failed]:
+            return [m for m in self.sent if isinstance(m, Finished | Failed) and m.request_id == request_id]
+
+        with self._arrived:
+            assert self._arrived.wait_for(ended, timeout=600), f"{request_id} never ended"
+            return ended()[0]
+
+    def streamed_tokens(self, request_id: str) -> int:
+        return sum(m.n_tokens for m in self.sent if isinstance(m, TokenDelta) and m.request_id == request_id)
+
+    def slots_agree_with_llama_cpp(self) -> bool:
+        """Each slot's record of its cells is exactly what llama.cpp's memory holds for its sequence."""
+        import llama_cpp
+
+        model = self.runner._model
+        assert model is not None
+        memory = llama_cpp.llama_get_memory(model.llm.ctx)
+        return all(
+            int(llama_cpp.llama_memory_seq_pos_max(memory, slot.seq_id)) + 1 == slot.cells
+            for slot in model.slots
+        )
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def test_a_reply_the_context_has_no_room_for_waits_and_goes_on_where_it_was(
+    starter_model: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Two replies of 150 tokens after prompts of about 45 cannot both fit in 256 cells: the younger gives
+    # its cache up, waits for the older to end, reads everything it had again and goes on.
+    side = InProcess(plan_for(starter_model, n_ctx=256, n_parallel=2))
+    sampling = SamplingParams(temperature=0.0, max_tokens=150, ignore_eos=True)
+    try:
+        with caplog.at_level(logging.INFO, logger="hearth.runner"):
+            for name in ("numbers", "days"):
+                side.runner.generate(request(name, LISTS[name][0], sampling))
+            ends = {name: side.finished(name) for name in ("numbers", "days")}
+        assert any("waits for room in the context" in r.getMessage() for r in caplog.records)
+        for name, end in ends.items():
+            assert isinstance(end, Finished), end
+            assert end.stats.stop_reason is StopReason.MAX_TOKENS
+            assert end.stats.completion_tokens == sampling.max_tokens
+            # Nothing streamed twice, nothing left out.
+            assert side.streamed_tokens(name) == sampling.max_tokens
+            prompts = [m for m in side.sent if isinstance(m, PromptReady) and m.request_id == name]
+            assert len(prompts) == 1
+        assert side.slots_agree_with_llama_cpp()
+    finally:
+        side.close()
+
+
+def test_more_replies_than_slots_wait_their_turn_in_order(starter_model: str) -> None:
+    side = InProcess(plan_for(starter_model, n_ctx=1024, n_parallel=2))
+    sampling = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    try:
+        for name in LISTS:
+            side.runner.generate(request(name, LISTS[name][0], sampling))
+        for name in LISTS:
+            end = side.finished(name)
+            assert isinstance(end, Finished) and end.stats.completion_tokens == sampling.max_tokens
+        ends = [m.request_id for m in side.sent if isinstance(m, Finished)]
+        # Two at a time, first come first served: the last two start only once the first two are done.
+        assert set(ends[:2]) == {"numbers", "letters"} and set(ends[2:]) == {"days", "months"}
+        assert side.slots_agree_with_llama_cpp()
+    finally:
+        side.close()
