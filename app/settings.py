@@ -83,8 +83,9 @@ class Settings:
     # Ask the Hub, at most once a day when the library opens, whether installed models changed upstream
     # (app.library.updates); off until the user turns it on, since it contacts the Hub unasked.
     check_updates_daily: bool = False
-    # How many replies the runner generates at once (the window's and the local API's, continuous batching in
-    # inference.decoding); more wait their turn. They share the one context's KV cache.
+    # How many replies to local API requests the runner writes at once (continuous batching,
+    # inference.decoding); more wait their turn. The window's own turn has a place beside them. All share the
+    # context's KV cache.
     parallel_slots: int = 4
 
 

@@ -305,14 +305,14 @@ class RunnerClient:
             self._bury(RunnerError(ErrorKind.RUNNER_CRASHED, "the model runner is not running"))
             return
         self._mail.release()
+        message: object = None
         try:
             ready = wait([conn, process.sentinel], timeout)
-            message: object = None
             if ready and (conn in ready or conn.poll()):
-                try:
-                    message = conn.recv()
-                except (EOFError, OSError):
-                    message = None
+                message = conn.recv()
+        except (EOFError, OSError, ValueError):
+            # The pipe broke, or was closed under this wait (close() at exit): the runner is gone.
+            ready, message = [conn], None
         finally:
             self._mail.acquire()
         if not ready:

@@ -636,17 +636,11 @@ class Scheduler:
     def _decode(self, entries: list[tuple[_Reply, list[int], bool]]) -> int:
         import llama_cpp
 
-        batch, i = self._batch, 0
+        batch = self._batch
+        batch.n_tokens = 0
         for reply, tokens, sampled in entries:
             assert reply.slot is not None
-            for offset, token in enumerate(tokens):
-                batch.token[i] = token
-                batch.pos[i] = reply.position + offset
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = reply.slot.seq_id
-                batch.logits[i] = sampled
-                i += 1
-        batch.n_tokens = i
+            _place(batch, tokens, reply.position, reply.slot.seq_id, logits=sampled)
         return int(llama_cpp.llama_decode(self._ctx, batch))
 
     def _decode_failed(self, entries: list[tuple[_Reply, list[int], bool]], status: int) -> None:
@@ -807,14 +801,21 @@ def _decode_every(ctx: Any, batch: Any, tokens: list[int], position: int, seq_id
     as many), keeping the logits of each; False when llama.cpp refuses them (no room in the context)."""
     import llama_cpp
 
-    batch.n_tokens = len(tokens)
-    for i, token in enumerate(tokens):
+    batch.n_tokens = 0
+    _place(batch, tokens, position, seq_id, logits=True)
+    return bool(llama_cpp.llama_decode(ctx, batch) == 0)
+
+
+def _place(batch: Any, tokens: list[int], position: int, seq_id: int, *, logits: bool) -> None:
+    """Add `tokens` to `batch` after what it holds, at positions from `position` of sequence `seq_id`."""
+    start = batch.n_tokens
+    for i, token in enumerate(tokens, start):
         batch.token[i] = token
-        batch.pos[i] = position + i
+        batch.pos[i] = position + i - start
         batch.n_seq_id[i] = 1
         batch.seq_id[i][0] = seq_id
-        batch.logits[i] = True
-    return bool(llama_cpp.llama_decode(ctx, batch) == 0)
+        batch.logits[i] = logits
+    batch.n_tokens = start + len(tokens)
 
 
 def _batch_step(model: LoadedModel) -> int:
@@ -833,30 +834,23 @@ def _decode_at(
     step: int,
     *,
     seq_id: int = 0,
-    done: Callable[[list[int]], object] = lambda _chunk: None,
 ) -> int:
     """Decode `tokens` at positions from `n_past` of sequence `seq_id` (after an image the next position is
-    mtmd's to say, so positions are given, not left to llama.cpp), in batches of `step`, calling `done` with
-    each batch once it is in the cache; returns the next position. No logits are kept."""
+    mtmd's to say, so positions are given, not left to llama.cpp), in batches of `step`; returns the next
+    position. No logits are kept."""
     import llama_cpp
 
     for start in range(0, len(tokens), step):
         chunk = tokens[start : start + step]
         batch = llama_cpp.llama_batch_init(len(chunk), 0, 1)
         try:
-            batch.n_tokens = len(chunk)
-            for i, token in enumerate(chunk):
-                batch.token[i] = token
-                batch.pos[i] = n_past + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = seq_id
-                batch.logits[i] = False
+            batch.n_tokens = 0
+            _place(batch, chunk, n_past, seq_id, logits=False)
             status = llama_cpp.llama_decode(ctx, batch)
         finally:
             llama_cpp.llama_batch_free(batch)
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status} while reading the prompt")
-        done(chunk)
         n_past += len(chunk)
     return n_past
 

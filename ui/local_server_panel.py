@@ -172,8 +172,8 @@ class LocalServerPanel(QWidget):
         self.intro.setText(
             self.tr(
                 "Programs on this computer can use the model loaded in Hearth through an OpenAI-compatible "
-                "API, each with a key of its own. Other computers cannot reach it. Requests take turns with "
-                "your chats."
+                "API, each with a key of its own. Other computers cannot reach it. Several requests are "
+                "answered at once, and your chats never wait for them."
             )
         )
         self.switch.setText(self.tr("&Serve the loaded model on 127.0.0.1"))
@@ -182,8 +182,9 @@ class LocalServerPanel(QWidget):
         self.parallelLabel.setText(self.tr("&Replies at once"))
         self.parallelSpin.setToolTip(
             self.tr(
-                "How many replies the model writes together: programs using the API and this window's "
-                "chats. They share the context's memory. A change loads the model again at the next reply."
+                "How many requests from programs the model answers together; more wait their turn. This "
+                "window's chats never wait for them. All share the context's memory. A change loads the "
+                "model again at the next reply."
             )
         )
         self.keysCaption.setText(self.tr("API &keys"))

@@ -308,8 +308,8 @@ class ChatEngine:
         self._turn = threading.local()
         # Per conversation, the (server, tool) pairs the user allowed for the rest of the chat.
         self._allowed_tools: dict[int, set[tuple[str, str]]] = {}
-        # GUI turns, measurements, loads and local server requests take the runner in the order they ask,
-        # up to parallel_slots of them at once (the runner generates that many replies together).
+        # GUI turns, measurements, loads and local server requests take the runner in the order they ask:
+        # parallel_slots requests at once, and the window's turn beside them (RunnerQueue).
         self._queue = RunnerQueue(places=lambda: self.settings.parallel_slots)
         self._remote_server: Server | None = None  # the server the last remote turn went to, for status()
         # Final writes of replies that failed (a full disk): written before the next turn, and at close.
@@ -424,10 +424,14 @@ class ChatEngine:
             and self._model.projector == model.projector
             and self._context_length == context_length
             and self._model.load_settings == model.load_settings
-            and plan.n_parallel == self.settings.parallel_slots
+            and plan.n_parallel == self._replies_at_once()
         ):
             return loaded
         return None
+
+    def _replies_at_once(self) -> int:
+        """The runner's sequences: the API's parallel_slots and the place the window's turn has of its own."""
+        return self.settings.parallel_slots + 1
 
     def _load_model(
         self, model: InstalledModel, context_length: int, callbacks: TurnCallbacks | None
@@ -447,7 +451,7 @@ class ChatEngine:
             context_length=context_length,
             global_gpu_layers=self.settings.gpu_layers,
             global_threads=self.settings.n_threads,
-            parallel_replies=self.settings.parallel_slots,
+            parallel_replies=self._replies_at_once(),
             gpu_offload_supported=backend == "CUDA",
             mmproj_path=str(model.projector.path) if model.projector is not None else None,
             projector_bytes=model.projector.size_bytes if model.projector is not None else 0,
@@ -688,7 +692,7 @@ class ChatEngine:
         """
         documents = documents or NO_DOCUMENTS
         job = Job()
-        with self._queue.share(job):
+        with self._queue.share(job, generates=False):
             conversation = (
                 self.store.get_conversation(conversation_id) if conversation_id is not None else None
             )
@@ -1188,8 +1192,9 @@ class ChatEngine:
         try:
             return self._client.count_tokens(tuple(messages), getattr(self._turn, "offered_tools", ()))
         except RunnerError as exc:
-            if exc.kind is ErrorKind.RUNNER_CRASHED and self._model is not None:
-                self._runner_crashed(self._model.name, exc.message)
+            model = self._model  # read once: a reply beside this one may see the crash first
+            if exc.kind is ErrorKind.RUNNER_CRASHED and model is not None:
+                self._runner_crashed(model.name, exc.message)
             raise HearthError(f"Could not measure the prompt: {exc.message}") from exc
 
     def _check_policy(self, fitted: Fitted) -> None:
@@ -1255,8 +1260,9 @@ class ChatEngine:
         assert isinstance(outcome, Failed)
         crashed = outcome.kind is ErrorKind.RUNNER_CRASHED
         status = MessageStatus.INTERRUPTED if crashed else MessageStatus.ERROR
-        if crashed and self._model is not None:
-            self._runner_crashed(self._model.name, outcome.message)
+        model = self._model  # read once: a reply beside this one may see the crash first
+        if crashed and model is not None:
+            self._runner_crashed(model.name, outcome.message)
         self._finish(assistant_id, text, status, error=outcome.message, reply=reply)
         return TurnResult(
             conversation_id,

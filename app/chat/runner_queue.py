@@ -1,9 +1,11 @@
 """Fair access to the one model runner, shared by GUI turns and local server requests.
 
-The runner generates several replies at once (inference.decoding), so most jobs share it: up to the
-parallel_slots setting of them hold a place together. A load, or anything else that changes what the runner
-holds, has it alone, once the jobs sharing it are done. Either way jobs go in the order they asked: a load
-waits for the replies ahead of it, and no reply asked for after it overtakes it.
+The runner generates several replies at once (inference.decoding), so jobs share it: up to the
+parallel_slots setting of local server requests are written together, and the window's own turn has a place
+of its own beside them, so a program using the API never makes the window wait. A job that only counts
+prompts takes no place. A load, or anything else that changes what the runner holds, has it alone, once
+the jobs sharing it are done. Jobs go in the order they asked, except past one that must wait for a place
+of its kind: a load waits for the replies ahead of it, and nothing asked for after it overtakes it.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Job:
 class _Waiter:
     job: Job
     alone: bool
+    generates: bool = True  # takes one of the runner's places for a reply
 
 
 class RunnerQueue:
@@ -71,11 +74,12 @@ class RunnerQueue:
     """
 
     def __init__(self, *, places: Callable[[], int] = lambda: 1) -> None:
-        # places: how many jobs may share the runner, read at each admission (the setting may change).
+        # places: how many replies to API requests may be written at once, read at each admission (the
+        # setting may change); interactive jobs have one more place of their own.
         self._places = places
         self._changed = threading.Condition()
         self._waiting: deque[_Waiter] = deque()
-        self._sharing: set[Job] = set()
+        self._sharing: dict[Job, bool] = {}  # each job sharing the runner: whether it takes a place
         self._alone: Job | None = None
 
     @property
@@ -85,10 +89,10 @@ class RunnerQueue:
             return len(self._waiting)
 
     @contextmanager
-    def share(self, job: Job) -> Iterator[None]:
-        """Wait for a place beside the other jobs sharing the runner, hold it for the block. Raises
-        JobCancelled if cancelled while waiting."""
-        self._enter(_Waiter(job, alone=False), first=False)
+    def share(self, job: Job, *, generates: bool = True) -> Iterator[None]:
+        """Wait for a place beside the other jobs sharing the runner (none for a job that only counts, not
+        `generates`), hold it for the block. Raises JobCancelled if cancelled while waiting."""
+        self._enter(_Waiter(job, alone=False, generates=generates), first=False)
         try:
             yield
         finally:
@@ -111,25 +115,23 @@ class RunnerQueue:
         it), then shares again. A job that holds it alone already, or none (a caller outside the queue),
         just runs the block."""
         with self._changed:
-            sharing = job is not None and job in self._sharing
-            if sharing:
-                assert job is not None
-                self._sharing.discard(job)
-                self._changed.notify_all()
-        if not sharing:
+            generates = self._sharing.pop(job, None) if job is not None else None
+            self._changed.notify_all()
+        if generates is None:
             yield
             return
         assert job is not None
+        back = _Waiter(job, alone=False, generates=generates)
         try:
             self._enter(_Waiter(job, alone=True), first=True)
         except JobCancelled:
-            self._enter(_Waiter(job, alone=False), first=True, cancellable=False)
+            self._enter(back, first=True, cancellable=False)
             raise
         try:
             yield
         finally:
             self._leave(job)
-            self._enter(_Waiter(job, alone=False), first=True, cancellable=False)
+            self._enter(back, first=True, cancellable=False)
 
     def _enter(self, waiter: _Waiter, *, first: bool, cancellable: bool = True) -> None:
         job = waiter.job
@@ -150,20 +152,36 @@ class RunnerQueue:
             if waiter.alone:
                 self._alone = job
             else:
-                self._sharing.add(job)
+                self._sharing[job] = waiter.generates
 
     def _may_go(self, waiter: _Waiter) -> bool:
-        if self._waiting[0] is not waiter or self._alone is not None:
+        """First in line among those that may go now: a job ahead that may go goes first, one waiting to
+        have the runner alone holds back everyone behind it, one waiting for a place of its kind does not."""
+        if self._alone is not None:
             return False
+        for ahead in self._waiting:
+            if ahead is waiter:
+                break
+            if ahead.alone or self._has_room(ahead):
+                return False
+        return self._has_room(waiter)
+
+    def _has_room(self, waiter: _Waiter) -> bool:
         if waiter.alone:
             return not self._sharing
-        return len(self._sharing) < max(1, self._places())
+        if not waiter.generates:
+            return True
+        replies = [job for job, generates in self._sharing.items() if generates]
+        places = max(1, self._places())
+        if len(replies) >= places + 1:
+            return False
+        return waiter.job.interactive or sum(not job.interactive for job in replies) < places
 
     def _leave(self, job: Job) -> None:
         with self._changed:
             if self._alone is job:
                 self._alone = None
-            self._sharing.discard(job)
+            self._sharing.pop(job, None)
             self._changed.notify_all()
 
     def cancel(self, job: Job) -> None:

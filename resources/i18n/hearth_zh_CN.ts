@@ -1266,8 +1266,16 @@
         <translation>密钥已复制。</translation>
     </message>
     <message>
-        <source>Programs on this computer can use the model loaded in Hearth through an OpenAI-compatible API, each with a key of its own. Other computers cannot reach it. Requests take turns with your chats.</source>
-        <translation>本机上的程序可以通过兼容 OpenAI 的 API 使用 Hearth 中加载的模型，每个程序使用自己的密钥。其他计算机无法访问。请求与你的聊天轮流进行。</translation>
+        <source>Programs on this computer can use the model loaded in Hearth through an OpenAI-compatible API, each with a key of its own. Other computers cannot reach it. Several requests are answered at once, and your chats never wait for them.</source>
+        <translation>本机上的程序可以通过兼容 OpenAI 的 API 使用 Hearth 中加载的模型，每个程序使用自己的密钥。其他计算机无法访问。多个请求会同时得到回答，你的聊天从不需要等待它们。</translation>
+    </message>
+    <message>
+        <source>&amp;Replies at once</source>
+        <translation>同时回复数(&amp;R)</translation>
+    </message>
+    <message>
+        <source>How many requests from programs the model answers together; more wait their turn. This window&apos;s chats never wait for them. All share the context&apos;s memory. A change loads the model again at the next reply.</source>
+        <translation>模型同时回答多少个来自程序的请求；更多的请求排队等候。此窗口中的聊天从不需要等待它们。它们共用上下文的内存。更改后，模型会在下一次回复时重新加载。</translation>
     </message>
     <message>
         <source>API &amp;keys</source>

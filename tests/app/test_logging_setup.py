@@ -256,13 +256,12 @@ def test_a_native_crash_in_the_runner_leaves_the_stacks_next_to_the_runner_log(t
     script = """
         import ctypes, sys, threading
         from multiprocessing import Pipe
-        from multiprocessing.sharedctypes import RawValue
         from inference.runner import runner_main
 
         parent, child = Pipe()
         # A thread of the runner segfaults while its main thread waits for a request.
         threading.Timer(1.0, ctypes.string_at, (0,)).start()
-        runner_main(child, RawValue(ctypes.c_bool), sys.argv[1] + "/runner.log")
+        runner_main(child, sys.argv[1] + "/runner.log")
     """
 
     result = run_python(script, logs)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import keyring
@@ -18,6 +17,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QCheckBox, QTreeWidgetItem
 from pytestqt.qtbot import QtBot
 
+from app.chat.runner_queue import Job
 from app.local_api.api_keys import ApiKeys
 from app.paths import HearthPaths, bundled_embedding_model
 from app.settings import Settings, load_settings, save_settings
@@ -196,38 +196,35 @@ def test_a_server_left_on_starts_with_the_window_and_stops_with_it(
     assert refused(port)
 
 
-@pytest.fixture
-def serving_home(home: HearthPaths, starter_model: Path) -> Iterator[HearthPaths]:
-    save_settings(
-        home.settings_path,
-        # One reply at a time: the window's turn waits for the API's.
-        Settings(
-            local_server_enabled=True,
-            local_server_port=free_port(),
-            max_tokens=8,
-            temperature=0.0,
-            parallel_slots=1,
-        ),
-    )
-    yield home
-
-
 @pytest.mark.model
-def test_a_reply_waits_for_an_api_request_and_stop_while_waiting_gives_the_prompt_back(
-    qtbot: QtBot, gui: GuiSessions, serving_home: HearthPaths
+def test_a_reply_waits_while_a_load_holds_the_runner_and_stop_while_waiting_gives_the_prompt_back(
+    qtbot: QtBot, gui: GuiSessions, home: HearthPaths, starter_model: Path
 ) -> None:
-    session = gui.open(serving_home)
+    save_settings(home.settings_path, Settings(max_tokens=8, temperature=0.0))
+    session = gui.open(home)
     window, services = session.window, session.services
     engine = services.chat.engine
     qtbot.waitUntil(lambda: engine.loaded_model_name is not None, timeout=TIMEOUT_MS)
-    qtbot.waitUntil(lambda: services.local_server.state.running, timeout=TIMEOUT_MS)
-    with api(session, new_key(session)) as client:
-        name = engine.loaded_model_name
-        assert name is not None
-        stream = client.chat.completions.create(model=name, messages=STORY, max_tokens=2000, stream=True)
-        next(iter(stream))  # the API request has the runner
+    # What a model switch from the library does: it has the runner alone (nothing here is a stand-in but
+    # the load's length, which this hold stretches for as long as the test needs).
+    loading, held = threading.Event(), threading.Event()
 
-        QTest.keyClicks(window.composer, "Say hello.")
+    def load() -> None:
+        with engine._queue.turn(Job()):
+            held.set()
+            loading.wait(60)
+
+    # The context meter's counts go first, on the same worker as the turn: done before the runner is held.
+    meter = window.contextMeter
+    qtbot.waitUntil(lambda: meter.usage is not None, timeout=TIMEOUT_MS)
+    assert meter.usage is not None
+    empty = meter.usage.used_tokens
+    QTest.keyClicks(window.composer, "Say hello.")
+    qtbot.waitUntil(lambda: meter.usage is not None and meter.usage.used_tokens > empty, timeout=TIMEOUT_MS)
+    loader = threading.Thread(target=load)
+    loader.start()
+    try:
+        assert held.wait(10)
         click(window.sendButton)
         qtbot.waitUntil(lambda: engine.waiting_jobs == 1, timeout=TIMEOUT_MS)
         click(window.stopButton)  # leaves the line: nothing was sent, the prompt comes back
@@ -237,7 +234,9 @@ def test_a_reply_waits_for_an_api_request_and_stop_while_waiting_gives_the_promp
 
         QTest.keyClick(window.composer, Qt.Key.Key_Return)
         qtbot.waitUntil(lambda: engine.waiting_jobs == 1, timeout=TIMEOUT_MS)
-        stream.close()  # the API client hangs up: the runner goes to the waiting reply
+    finally:
+        loading.set()  # the load is done: the waiting reply goes
+        loader.join(10)
     qtbot.waitUntil(lambda: window.sendButton.isEnabled(), timeout=TIMEOUT_MS)
     (conversation,) = services.store.list_conversations()
     reply = services.store.list_messages(conversation.id)[-1]
@@ -278,7 +277,7 @@ def test_the_window_answers_beside_an_api_request_and_the_panel_sets_how_many_re
     assert panel.parallelSpin.value() == 4
     panel.parallelSpin.setValue(2)
     assert services.settings.parallel_slots == 2
-    assert load_settings(home.settings_path).parallel_slots == 2
+    qtbot.waitUntil(lambda: load_settings(home.settings_path).parallel_slots == 2, timeout=TIMEOUT_MS)
 
 
 class RecordingKeyring(MemoryKeyring):

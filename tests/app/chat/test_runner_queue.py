@@ -81,6 +81,23 @@ def test_jobs_share_the_runner_up_to_the_places_it_has(jobs: Recorder, places: l
     wait_until(lambda: sorted(jobs.inside) == ["b", "c", "d"], "a third place")
 
 
+def test_the_windows_turn_has_a_place_of_its_own_beside_the_api_requests_and_counting_takes_none(
+    jobs: Recorder, places: list[int]
+) -> None:
+    places[0] = 1
+    jobs.start("api 1", jobs.queue.share)
+    wait_until(lambda: jobs.inside == ["api 1"], "the first request")
+    jobs.start("api 2", jobs.queue.share)
+    wait_until(lambda: jobs.queue.waiting == 1, "the second request to wait for the place")
+    # Behind the waiting request, the window's turn goes in at once, and so does a count of its prompt.
+    jobs.start("window", jobs.queue.share, Job(interactive=True))
+    jobs.start("count", lambda job: jobs.queue.share(job, generates=False))
+    wait_until(lambda: sorted(jobs.inside) == ["api 1", "count", "window"], "the window's turn and the count")
+    assert jobs.queue.waiting == 1
+    jobs.release("api 1")
+    wait_until(lambda: "api 2" in jobs.inside, "the second request, once the first has ended")
+
+
 def test_a_job_that_needs_the_runner_alone_waits_for_those_sharing_it_and_comes_before_later_ones(
     jobs: Recorder,
 ) -> None:

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from app.chat.engine import ChatEngine, TurnCallbacks, TurnResult
+from app.chat.engine import ChatEngine, TurnCallbacks
 from app.chat.runner_queue import Job, JobCancelled, RunnerQueue
 from app.core import Core
 from app.errors import HearthError
@@ -215,7 +215,7 @@ def test_a_prompt_longer_than_the_context_is_400(model_name: str, client: openai
 
 
 @pytest.mark.model
-def test_requests_and_a_gui_turn_take_the_runner_in_order(
+def test_requests_wait_for_a_place_in_order_and_the_windows_turn_never_waits_for_them(
     one_reply_at_a_time: str, engine: ChatEngine, client: openai.OpenAI
 ) -> None:
     model_name = one_reply_at_a_time
@@ -224,39 +224,24 @@ def test_requests_and_a_gui_turn_take_the_runner_in_order(
     )
     next(iter(first))  # the first chunk is sent once the runner is working on this request
     results: dict[str, Any] = {}
-    second_done = threading.Event()
 
     def second() -> None:
         answer = client.chat.completions.create(
             model=model_name, messages=COLOURS, temperature=0, max_tokens=8, stream=True
         )
         results["second"] = text_of(answer)
-        second_done.set()
 
-    class GuiTurn(TurnCallbacks):
-        def started(self, conversation_id: int, user_message_id: int, assistant_message_id: int) -> None:
-            # The second request asked first, so it has had the runner and finished generating; finishing
-            # its stream needs no runner. Had this turn jumped the queue, it would be holding the runner
-            # the second request waits for, and this wait would time out.
-            results["second_done_before_gui"] = second_done.wait(60)
-
-    def gui_turn() -> None:
-        sampling = SamplingParams(temperature=0.0, max_tokens=8)
-        results["gui"] = engine.run_turn("Say hello.", model_name, sampling=sampling, callbacks=GuiTurn())
-
-    threads = [threading.Thread(target=second)]
-    threads[0].start()
-    wait_until(lambda: engine.waiting_jobs == 1, "the second request to queue")
-    threads.append(threading.Thread(target=gui_turn))
-    threads[1].start()
-    wait_until(lambda: engine.waiting_jobs == 2, "the GUI turn to queue")
-    first.close()  # hanging up hands the runner on to the next in line
-    for thread in threads:
-        thread.join(120)
-    assert results["second_done_before_gui"] is True
-    assert results["second"]
-    gui: TurnResult = results["gui"]
+    thread = threading.Thread(target=second)
+    thread.start()
+    wait_until(lambda: engine.waiting_jobs == 1, "the second request to wait for the one place")
+    # The window's turn has a place of its own: it is answered while the second request still waits.
+    sampling = SamplingParams(temperature=0.0, max_tokens=8)
+    gui = engine.run_turn("Say hello.", model_name, sampling=sampling, callbacks=TurnCallbacks())
     assert gui.status == "complete" and gui.text
+    assert engine.waiting_jobs == 1 and "second" not in results
+    first.close()  # hanging up hands the place on to the second request
+    thread.join(120)
+    assert results["second"]
 
 
 @pytest.mark.model

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from app.chat.engine import ChatEngine, TurnCallbacks, TurnResult
+from app.chat.engine import ChatEngine, TurnCallbacks
 from app.core import Core
 from app.local_api.server import LocalServer
 from inference.protocol import SamplingParams
@@ -208,32 +208,33 @@ def test_the_windows_turns_are_counted_apart_and_the_queue_is_read_when_scraped(
     first = client.chat.completions.create(
         model=model_name, messages=STORY, temperature=0, max_tokens=2000, stream=True
     )
-    next(iter(first))  # the runner is working on this request
-    results: dict[str, TurnResult] = {}
-
-    def gui_turn() -> None:
-        sampling = SamplingParams(temperature=0.0, max_tokens=8)
-        results["gui"] = engine.run_turn(
-            "Say hello.", model_name, sampling=sampling, callbacks=TurnCallbacks()
-        )
-
-    thread = threading.Thread(target=gui_turn)
-    thread.start()
-    wait_until(lambda: engine.waiting_jobs == 1, "the window's turn to queue")
-    assert scrape(server).value("hearth_queue_depth") == 1
-    first.close()  # hanging up hands the runner on to the window's turn
-    thread.join(120)
-    gui = results["gui"]
+    next(iter(first))  # the runner is working on this request, in the one place requests have
+    sampling = SamplingParams(temperature=0.0, max_tokens=8)
+    # The window's turn has a place of its own, beside it.
+    gui = engine.run_turn("Say hello.", model_name, sampling=sampling, callbacks=TurnCallbacks())
     assert gui.status == "complete" and gui.stats is not None and gui.stats.completion_tokens > 1
+    results: dict[str, str] = {}
+
+    def second() -> None:
+        answer = client.chat.completions.create(model=model_name, messages=COLOURS, max_tokens=4)
+        results["second"] = answer.choices[0].message.content or ""
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    wait_until(lambda: engine.waiting_jobs == 1, "the second request to queue")
+    assert scrape(server).value("hearth_queue_depth") == 1
+    first.close()  # hanging up hands the place on to the second request
+    thread.join(120)
+    assert results["second"]
 
     metrics = scrape(server)
     assert metrics.value("hearth_queue_depth") == 0
     assert metrics.tokens(WINDOW) == (gui.stats.prompt_tokens, gui.stats.completion_tokens)
     assert metrics.replies(WINDOW) == (1, 1)
     # The request that was hung up on counts what it generated before it stopped, under the API alone.
-    assert metrics.replies(API) == (1, 1)
+    assert metrics.replies(API) == (2, 2)
     assert metrics.tokens(API)[1] > 0
-    assert metrics.requests(CHAT, 200) == 1
+    assert metrics.requests(CHAT, 200) == 2
 
 
 @pytest.mark.model
