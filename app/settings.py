@@ -88,6 +88,11 @@ class Settings:
     # context's KV cache.
     parallel_slots: int = 4
 
+    @property
+    def replies_at_once(self) -> int:
+        """The runner's sequences: parallel_slots for the API's requests, one more for the window's turn."""
+        return self.parallel_slots + 1
+
 
 def _is_int(value: object) -> TypeGuard[int]:
     # JSON true/false arrive as bool, which Python counts as int.

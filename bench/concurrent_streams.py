@@ -34,6 +34,11 @@ The servers, on the same GGUF, threads, sampling and context per sequence:
 --skip-peers measures Hearth alone. Every server listens on 127.0.0.1 on a free port and is stopped at the
 end, on errors too.
 
+Last, with every server stopped, llama.cpp alone (decode_ceiling): a llama_decode step with one token of
+each of 4 sequences against a step with one token, on the same model, threads and flash attention. Their
+ratio is what batching can gain on this machine at all, before any server: on a few CPU cores a small model
+is compute-bound, and a step of 4 tokens costs nearly 4 steps of one.
+
 Writes docs/bench/concurrent_streams.json and the README's table (bench/results.py).
 """
 
@@ -560,6 +565,71 @@ def serve_hearth(ready: Path, model: Path, threads: int) -> None:
             core.close()
 
 
+# -- what llama.cpp itself gains here -------------------------------------------------------------------
+
+CEILING_PROMPT = 64  # positions each sequence holds before the timed steps
+CEILING_STEPS = 48
+
+
+def decode_ceiling(model: Path, threads: int, flash_attn: bool) -> dict[str, float]:
+    """What batching can gain on this machine before any server is involved: llama_decode's time for one
+    token, and for one token of each of CLIENTS sequences in one batch, on the same model, threads, flash
+    attention and shared cache as Hearth's runner (the median step of CEILING_STEPS). Their ratio bounds
+    every server's: CLIENTS streams give at most CLIENTS × one / together the tokens/s of one stream."""
+    import llama_cpp
+
+    from inference.ggml_backends import load_backends
+    from inference.runner import _parallel_sequences
+
+    load_backends()
+    with _parallel_sequences(CLIENTS):
+        llm = llama_cpp.Llama(
+            model_path=str(model), n_ctx=CLIENTS * N_CTX, n_batch=512, n_ubatch=512, n_threads=threads,
+            n_threads_batch=threads, flash_attn=flash_attn, verbose=False,
+        )  # fmt: skip
+    batch = llama_cpp.llama_batch_init(512, 0, 1)
+    try:
+        memory = llama_cpp.llama_get_memory(llm.ctx)
+
+        def step(entries: list[tuple[int, int, int]]) -> float:
+            batch.n_tokens = len(entries)
+            for i, (token, position, seq) in enumerate(entries):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, position, 1
+                batch.seq_id[i][0], batch.logits[i] = seq, True
+            started = time.perf_counter()
+            if llama_cpp.llama_decode(llm.ctx, batch) != 0:
+                raise BenchError("llama_decode refused the ceiling's batch")
+            return time.perf_counter() - started
+
+        timings: dict[int, list[float]] = {}
+        for sequences in (1, CLIENTS):
+            llama_cpp.llama_memory_clear(memory, True)
+            for seq in range(sequences):
+                step([(100 + i, i, seq) for i in range(CEILING_PROMPT)])
+            timings[sequences] = [
+                step([(200 + k, CEILING_PROMPT + k, seq) for seq in range(sequences)])
+                for k in range(CEILING_STEPS)
+            ]
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llm.close()
+    one, together = statistics.median(timings[1]), statistics.median(timings[CLIENTS])
+    return {"one_token_s": one, "together_s": together, "gain": CLIENTS * one / together}
+
+
+def measure_ceiling(model: Path, threads: int, flash_attn: bool) -> dict[str, float]:
+    """decode_ceiling in a process of its own, with nothing else running: no server holds a core."""
+    command = [
+        sys.executable, "-m", "bench.concurrent_streams", "--decode-ceiling", "--model", str(model),
+        "--threads", str(threads), *(["--flash-attn"] if flash_attn else []),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=START_TIMEOUT_S)
+    if done.returncode != 0:
+        raise BenchError(f"the decode ceiling failed:\n{done.stderr[-3000:]}")
+    measured: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return measured
+
+
 # -- the run ---------------------------------------------------------------------------------------------
 
 
@@ -610,11 +680,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llama-server", type=Path, default=None, help="a llama-server binary to measure")
     parser.add_argument("--skip-peers", action="store_true", help="measure Hearth alone")
     parser.add_argument("--serve-hearth", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--decode-ceiling", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--flash-attn", action="store_true", help=argparse.SUPPRESS)
     results.add_publish_option(parser)
     args = parser.parse_args(argv)
     model = (args.model or starter_model()).resolve()
     if args.serve_hearth is not None:
         serve_hearth(args.serve_hearth, model, args.threads)
+        return 0
+    if args.decode_ceiling:
+        print(json.dumps(decode_ceiling(model, args.threads, args.flash_attn)))
         return 0
     session = results.begin("concurrent_streams", args, argv)
     # A plain kill of the benchmark still stops the servers (the `with` blocks below run).
@@ -651,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
         for server in servers:
             warm_up(server, args.max_tokens)
         rounds = run_rounds(servers, args.rounds, args.max_tokens)
+    ceiling = measure_ceiling(model, args.threads, bool(plan["flash_attn"]))
     data = {
         "model": model.name,
         "threads": args.threads,
@@ -664,6 +740,7 @@ def main(argv: list[str] | None = None) -> int:
         "skipped": skipped,
         "rounds": rounds,
         "summary": summary(rounds, [s.name for s in servers]),
+        "ceiling": ceiling,
     }
     print(render_table(data))
     if not args.no_publish:
@@ -744,6 +821,16 @@ def render_table(data: Mapping[str, Any]) -> str:
         f"(per round: {per_round}). "
         f"Target ≥ ×{data['target']:.0f} for Hearth: {verdict}.",
     ]
+    ceiling = data.get("ceiling")
+    if ceiling:
+        lines += [
+            "",
+            f"What batching can gain here at all, measured in the same run with llama.cpp alone: one "
+            f"llama_decode step with one token from each of {data['clients']} sequences takes "
+            f"{ceiling['together_s'] * 1000:.1f} ms, one token alone {ceiling['one_token_s'] * 1000:.1f} ms, "
+            f"so {data['clients']} streams give at most ×{ceiling['gain']:.2f} the tokens/s of one, on any "
+            "server.",
+        ]
     skipped = [
         f"{SKIPPED_LABELS.get(name, name)} was not measured: {why}." for name, why in data["skipped"].items()
     ]

@@ -424,14 +424,10 @@ class ChatEngine:
             and self._model.projector == model.projector
             and self._context_length == context_length
             and self._model.load_settings == model.load_settings
-            and plan.n_parallel == self._replies_at_once()
+            and plan.n_parallel == self.settings.replies_at_once
         ):
             return loaded
         return None
-
-    def _replies_at_once(self) -> int:
-        """The runner's sequences: the API's parallel_slots and the place the window's turn has of its own."""
-        return self.settings.parallel_slots + 1
 
     def _load_model(
         self, model: InstalledModel, context_length: int, callbacks: TurnCallbacks | None
@@ -451,7 +447,7 @@ class ChatEngine:
             context_length=context_length,
             global_gpu_layers=self.settings.gpu_layers,
             global_threads=self.settings.n_threads,
-            parallel_replies=self._replies_at_once(),
+            parallel_replies=self.settings.replies_at_once,
             gpu_offload_supported=backend == "CUDA",
             mmproj_path=str(model.projector.path) if model.projector is not None else None,
             projector_bytes=model.projector.size_bytes if model.projector is not None else 0,

@@ -204,6 +204,7 @@ def installed_load_plan(
         context_length=load_settings.context_length or int(context),
         global_gpu_layers=settings.gpu_layers,
         global_threads=settings.n_threads,
+        parallel_replies=settings.replies_at_once,
         gpu_offload_supported=llama_backend()[0] == "CUDA",
         mmproj_path=str(model.projector.path) if model.projector is not None else None,
         projector_bytes=model.projector.size_bytes if model.projector is not None else 0,
