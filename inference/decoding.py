@@ -355,11 +355,6 @@ class Scheduler:
             self._cancelled.add(request_id)
             self._changed.notify_all()
 
-    @property
-    def busy(self) -> bool:
-        with self._changed:
-            return bool(self._incoming or self._waiting or self._active)
-
     # --- the decode thread ------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -416,12 +411,14 @@ class Scheduler:
             return bool(self._waiting)
         self._steps += 1
         generating = [r for r in self._active if not r.reading]
+        # Guesses only for a reply that has the runner to itself, once its first token is out.
         alone = len(self._active) == 1 and not self._waiting
-        if alone and generating and generating[0].drafts is not None and generating[0].produced:
-            reply = generating[0]
-            assert reply.drafts is not None and reply.slot is not None
-            reply.guessed = reply.drafts.guess(
-                reply.budget - reply.produced - 1, self._n_ctx - reply.slot.cells - 1
+        guessing = generating[0] if alone and generating and generating[0].produced else None
+        drafts = guessing.drafts if guessing is not None else None
+        if guessing is not None and drafts is not None:
+            assert guessing.slot is not None
+            guessing.guessed = drafts.guess(
+                guessing.budget - guessing.produced - 1, self._n_ctx - guessing.slot.cells - 1
             )
         generating = self._make_room(generating)
         entries: list[tuple[_Reply, list[int], bool]] = [(r, [r.feed, *r.guessed], True) for r in generating]
@@ -459,8 +456,8 @@ class Scheduler:
         if status != 0:
             self._decode_failed(entries, status)
             return True
-        if alone and generating and generating[0].drafts is not None and generating[0].produced:
-            generating[0].drafts.costs.timed(len(generating[0].guessed), elapsed)
+        if guessing is not None and drafts is not None:
+            drafts.costs.timed(len(guessing.guessed), elapsed)
         index = 0
         for reply, tokens, sampled in entries:
             slot = reply.slot
@@ -539,9 +536,7 @@ class Scheduler:
 
         model, slot = self._model, reply.slot
         assert model.vision is not None and slot is not None
-        for other in self._model.slots:
-            if not other.busy and other.cells:
-                self._drop_cache(other)
+        self._give_up_idle_caches(self._n_ctx)
         llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, 0, -1)
         slot.emptied()
         slot.cached.append(IMAGE_SLOT)
