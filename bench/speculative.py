@@ -33,6 +33,7 @@ from inference.protocol import (
     Finished,
     GenerateRequest,
     GenerationStats,
+    Loaded,
     LoadPlan,
     LoadRequest,
     SamplingParams,
@@ -96,9 +97,17 @@ class Reply:
 
 
 class Side:
-    """One loaded model in this process, plain or with prompt lookup."""
+    """One loaded model in this process: plain, with prompt lookup, or with a draft model."""
 
-    def __init__(self, model: Path, threads: int, draft_tokens: int) -> None:
+    def __init__(
+        self,
+        model: Path,
+        threads: int,
+        draft_tokens: int,
+        draft_model: Path | None = None,
+        sampling: SamplingParams = SAMPLING,
+    ) -> None:
+        self._sampling = sampling
         self._sent: list[object] = []
         self._runner = Runner(self._sent.append)
         plan = LoadPlan(
@@ -109,15 +118,19 @@ class Side:
             flash_attn=True,
             n_threads=threads,
             draft_tokens=draft_tokens,
+            draft_model_path=str(draft_model) if draft_model is not None else None,
         )
         self._runner.load(LoadRequest(plan))
         failed = [m for m in self._sent if isinstance(m, Failed)]
         if failed:
             sys.exit(f"could not load {model}: {failed[0].message}")
+        notes = [m.draft_note for m in self._sent if isinstance(m, Loaded) and m.draft_note]
+        if notes:
+            sys.exit(notes[0])
 
     def reply(self, prompt: str) -> Reply:
         self._sent.clear()
-        self._runner.generate(GenerateRequest("bench", (ChatMessage("user", prompt),), SAMPLING))
+        self._runner.generate(GenerateRequest("bench", (ChatMessage("user", prompt),), self._sampling))
         ends = [m for m in self._sent if isinstance(m, Finished | Failed)]
         if not ends or isinstance(ends[-1], Failed):
             sys.exit(f"the reply failed: {ends[-1] if ends else 'no answer'}")

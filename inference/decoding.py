@@ -15,7 +15,7 @@ preempted: its cache is dropped and it waits, with every token it has, to be rea
 Its stream pauses and goes on where it was; nothing is lost or sent twice.
 
 A reply that has the runner to itself decodes exactly as it did before batching: the prompt in batches of
-n_batch, its last token alone, one token per step (or prompt lookup's guesses, which are made only then: in
+n_batch, its last token alone, one token per step (or speculative guesses, which are made only then: in
 a shared step, a guess would make every other stream wait for it). The same seed then gives the same reply.
 Beside other replies, a reply's tokens share a batch whose make-up changes from step to step, and ggml's
 kernels round a batch differently from a single token: the reply is as good, but not bit for bit the same.
@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from inference.draft_model import DraftModel
 from inference.prompt_lookup import PromptLookup
 from inference.protocol import (
     ErrorKind,
@@ -62,7 +63,7 @@ PENALTY_LAST_N = 64
 # Where an image goes in a prompt's tokens (no token has a negative id), and what a slot's cache holds after
 # a prompt with images: a prefix no later prompt can share, so it is decoded from the start.
 IMAGE_SLOT = -1
-# Prompt lookup (_Drafts): the share of guessed tokens taken to be kept before any is checked, how fast the
+# Speculative decoding (_Drafts): the share of guessed tokens taken to be kept before any is checked, how fast the
 # measured share follows each check, how fast it drifts back while nothing is guessed, and how fast the
 # decode times follow each measurement.
 KEPT_PRIOR = 0.6
@@ -141,13 +142,18 @@ class LoadedModel:
     # The cache can drop its newest positions: not a recurrent or hybrid model, whose state only goes forward
     # (rejected draft tokens could not be taken back out of it, nor a prompt's tail).
     rewindable: bool = True
-    # The most tokens prompt lookup guesses per step (LoadPlan.draft_tokens); 0: plain decoding.
+    # The most tokens guessed per step (LoadPlan.draft_tokens); 0: plain decoding.
     draft_tokens: int = 0
+    # The small model that guesses them (LoadPlan.draft_model_path); None: prompt lookup guesses.
+    draft: DraftModel | None = None
     guess_costs: _GuessCosts = field(default_factory=lambda: _GuessCosts())
 
     def close(self) -> None:
         if self.vision is not None:
             self.vision.close()
+        if self.draft is not None:
+            self.draft.close()
+            self.draft = None
         self.llm.close()
 
 
@@ -156,10 +162,11 @@ class _GuessCosts:
     """What a decode costs with this model here, for _Drafts: the median of its first TIMED_DECODES timings,
     then fixed for as long as the model stays loaded. Guess lengths decide which positions share a batch,
     and past some depth a batch rounds differently from single tokens: costs that kept changing would make
-    the same seed give another reply."""
+    the same seed give another reply. With a draft model, what one guessed token costs the draft too."""
 
     one_token: list[float] = field(default_factory=list)
     per_guessed_token: list[float] = field(default_factory=list)
+    per_drafted_token: list[float] = field(default_factory=list)
 
     @property
     def one_token_s(self) -> float | None:
@@ -168,6 +175,10 @@ class _GuessCosts:
     @property
     def per_guessed_token_s(self) -> float | None:
         return _fixed(self.per_guessed_token)
+
+    @property
+    def per_drafted_token_s(self) -> float | None:
+        return _fixed(self.per_drafted_token)
 
     def timed(self, guessed: int, seconds: float) -> None:
         if not guessed:
@@ -178,27 +189,32 @@ class _GuessCosts:
         if one_token is not None and len(self.per_guessed_token) < TIMED_DECODES:
             self.per_guessed_token.append(max(0.0, seconds - one_token) / guessed)
 
+    def drafted(self, guessed: int, seconds: float) -> None:
+        if guessed and len(self.per_drafted_token) < TIMED_DECODES:
+            self.per_drafted_token.append(seconds / guessed)
+
 
 def _fixed(timings: list[float]) -> float | None:
     return statistics.median(timings) if len(timings) >= TIMED_DECODES else None
 
 
 class _Drafts:
-    """Prompt-lookup speculative decoding for one reply (inference.prompt_lookup): a guess of the next
-    tokens decoded in one batch with the token before them, each kept only if sampling its position gives
-    it.
+    """Speculative decoding for one reply: a guess of the next tokens, by prompt lookup
+    (inference.prompt_lookup) or by a draft model (inference.draft_model), decoded in one batch with the
+    token before them, each kept only if sampling its position gives it.
 
     A guess pays when the batch costs less than the tokens it saves. On a GPU, or a large model whose
     weights stream from memory, a batch of ten costs about what one token costs; a small model on a few CPU
     cores is compute-bound, and a batch costs nearly a token's time per token. So guesses are as long as
-    they are worth, by the decode costs measured with this model (_GuessCosts) and the share of guessed
-    tokens kept so far in this reply: the length that gives the most expected tokens per second, down to
-    none.
+    they are worth, by the decode costs measured with this model (_GuessCosts: a draft model's own steps
+    included) and the share of guessed tokens kept so far in this reply: the length that gives the most
+    expected tokens per second, down to none.
     """
 
     def __init__(self, model: LoadedModel, prompt: list[int]) -> None:
         self._history = list(prompt)
         self._lookup: PromptLookup | None = None
+        self._draft = model.draft
         self.drafted = 0
         self.accepted = 0
         self._limit = model.draft_tokens
@@ -215,30 +231,39 @@ class _Drafts:
         """The next tokens as the conversation so far suggests them, as many as are worth decoding, no more
         than the reply may still produce after the next one (`budget`) or the context still holds
         (`room`)."""
-        if self._lookup is None:
-            # Indexed once the first reply token is out: a long prompt's index is not in the time to it.
-            self._lookup = PromptLookup(self._history)
-        found = self._lookup.draft(min(self._limit, budget, room))
-        guessed = found[: self._worth(len(found))]
-        if found and not guessed:
+        limit = min(self._limit, budget, room)
+        if self._draft is not None:
+            wanted = self._worth(limit)
+            guessed, seconds = self._draft.guess(self._history, wanted)
+            self.costs.drafted(len(guessed), seconds)
+        else:
+            if self._lookup is None:
+                # Indexed once the first reply token is out: a long prompt's index is not in the time to it.
+                self._lookup = PromptLookup(self._history)
+            found = self._lookup.draft(limit)
+            wanted = len(found)
+            guessed = found[: self._worth(wanted)]
+        if wanted and not guessed:
             # Without guesses the kept share is never measured again: it drifts back to the prior, so that
-            # a stretch of copying later in the reply is still found.
+            # a stretch of copying (or of text the draft predicts) later in the reply is still found.
             self._kept += (KEPT_PRIOR - self._kept) * KEPT_RECOVERY
         self.drafted += len(guessed)
         return guessed
 
     def _worth(self, found: int) -> int:
-        one_token, per_guessed_token = self.costs.one_token_s, self.costs.per_guessed_token_s
+        costs = self.costs
+        one_token, per_guessed_token = costs.one_token_s, costs.per_guessed_token_s
         if one_token is None:
             return 0  # the first steps decode their token alone, to time it
-        if per_guessed_token is None:
+        drafting = costs.per_drafted_token_s if self._draft is not None else 0.0
+        if per_guessed_token is None or drafting is None:
             return found  # then whole guesses, to time them
         best_length, best_rate = 0, 1 / one_token
         expected, chance = 1.0, 1.0
         for length in range(1, found + 1):
             chance *= self._kept
             expected += chance
-            rate = expected / (one_token + length * per_guessed_token)
+            rate = expected / (one_token + length * (per_guessed_token + drafting))
             if rate > best_rate:
                 best_length, best_rate = length, rate
         return best_length

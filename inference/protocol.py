@@ -207,6 +207,10 @@ class LoadPlan:
     # Prompt-lookup speculative decoding (inference.prompt_lookup): up to this many tokens guessed per step;
     # 0: plain decoding.
     draft_tokens: int = 0
+    # Draft-model speculative decoding (inference.draft_model): a small model of the same vocabulary guesses
+    # the next tokens (up to draft_tokens) instead of prompt lookup, with this many of its layers on the GPU.
+    draft_model_path: str | None = None
+    draft_gpu_layers: int = 0
     # The most replies generated at once, each in its own sequence of one KV cache of n_ctx cells
     # (inference.decoding); more wait their turn.
     n_parallel: int = 1
@@ -277,10 +281,15 @@ class Loaded:
     # (inference.ggml_backends).
     cpu_kernels: str = ""
     cpu_kernels_reason: str = ""
-    # The longest guess prompt lookup makes with this model here (LoadPlan.draft_tokens; 0, plain decoding,
-    # for a model whose cache cannot take a wrong guess back out).
+    # The longest guess speculative decoding makes with this model here (LoadPlan.draft_tokens; 0, plain
+    # decoding: none was asked for, a model whose cache cannot take a wrong guess back out, a draft model
+    # that could not be used).
     draft_tokens: int = 0
     n_parallel: int = 1  # LoadPlan.n_parallel: replies generated at once
+    # The draft model that guesses (LoadPlan.draft_model_path) when it loaded and shares the model's
+    # vocabulary; else None, and draft_note says why it is not used, as a sentence.
+    draft_model_path: str | None = None
+    draft_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -316,7 +325,7 @@ class GenerationStats:
     tokens_per_second: float
     stop_reason: StopReason
     seed: int | None  # None: a remote server chose its own and did not say
-    # Prompt-lookup speculative decoding (LoadPlan.draft_tokens): tokens guessed, and how many of them the
+    # Speculative decoding (LoadPlan.draft_tokens): tokens guessed, and how many of them the
     # model's own sampling confirmed.
     drafted_tokens: int = 0
     accepted_draft_tokens: int = 0

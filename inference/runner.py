@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from inference.chat_template import RenderedPrompt, control_text_pattern, render_chat
 from inference.decoding import IMAGE_SLOT, LoadedModel, Scheduler, Slot, _Reply
+from inference.draft_model import DraftModel, DraftModelError, load_draft
 from inference.estimator import KV_CACHE_TYPES
 from inference.ggml_backends import CpuKernels, load_backends
 from inference.gguf import GGUFError, GGUFHeader, read_header
@@ -208,8 +209,19 @@ class Runner:
             rewindable=not llama_cpp.llama_model_is_recurrent(model.model)
             and not llama_cpp.llama_model_is_hybrid(model.model),
         )
+        draft_note = ""
         if self._model.rewindable:
             self._model.draft_tokens = plan.draft_tokens
+            if plan.draft_model_path is not None and plan.draft_tokens:
+                self._model.draft, draft_note = _load_draft_beside(plan, llm)
+                if self._model.draft is None:
+                    # Without the draft, no guesses: prompt lookup is a setting of its own, not a fallback.
+                    self._model.draft_tokens = 0
+        elif plan.draft_tokens:
+            draft_note = (
+                "Speculative decoding is off for this model: its state (a recurrent model's) cannot take "
+                "back a guess that turned out wrong."
+            )
         # Template code from the model file runs from here on: the client's prompt watchdog takes over.
         self._send(CheckingTemplate())
         probe = render_chat(self._model.template, ())
@@ -235,6 +247,8 @@ class Runner:
                 cpu_kernels_reason=kernels.reason,
                 draft_tokens=self._model.draft_tokens,
                 n_parallel=plan.n_parallel,
+                draft_model_path=plan.draft_model_path if self._model.draft is not None else None,
+                draft_note=draft_note,
             )
         )
         self._scheduler = Scheduler(self._model, self._send)
@@ -320,6 +334,29 @@ class Runner:
                 self._send(Failed(request.request_id, ErrorKind.MODEL_INVALID, f"{exc}."))
                 return
         self._send(TokenCount(request.request_id, n_tokens, model.llm.n_ctx(), rendered.source))
+
+
+def _load_draft_beside(plan: LoadPlan, llm: Llama) -> tuple[DraftModel | None, str]:
+    """The plan's draft model, or None and why it is not used (the model itself loads either way: a draft
+    only makes replies faster)."""
+    assert plan.draft_model_path is not None
+    name = Path(plan.draft_model_path).name
+    if not Path(plan.draft_model_path).is_file():
+        return None, f"The draft model {name} is not used: its file is missing."
+    try:
+        draft = load_draft(
+            plan.draft_model_path,
+            llm,
+            n_ctx=plan.n_ctx,
+            n_batch=plan.n_batch,
+            n_threads=plan.n_threads,
+            n_gpu_layers=plan.draft_gpu_layers,
+            flash_attn=plan.flash_attn,
+        )
+    except DraftModelError as exc:
+        log.warning("draft model %s not used: %s", plan.draft_model_path, exc)
+        return None, f"The draft model {name} is not used: {exc}."
+    return draft, ""
 
 
 def _load_vision(plan: LoadPlan, header: GGUFHeader, llm: Llama) -> Vision | None:

@@ -11,6 +11,7 @@ reasons and problems come from files: every label is plain text and every toolti
 from __future__ import annotations
 
 import html
+from pathlib import Path
 from collections.abc import Mapping
 
 from PySide6.QtCore import QEvent, QTimer, Signal
@@ -63,7 +64,7 @@ def _tooltip(text: str) -> str:
 
 
 def _predicted_total(plan: LoadPlan) -> int:
-    return sum(plan.predicted_bytes.get(key, 0) for key in ("weights", "kv", "compute"))
+    return sum(plan.predicted_bytes.get(key, 0) for key in ("weights", "kv", "compute", "draft"))
 
 
 class ModelLoadSettingsDialog(QDialog):
@@ -81,6 +82,7 @@ class ModelLoadSettingsDialog(QDialog):
         self._generation = 0
         self._saving = False
         self._problems: tuple[str, ...] = ()
+        self._drafts_listed = False  # whether the draft model choices are the installed models yet
         # The latest plan shown, for the settings now in the controls (None while one is computed).
         self.current_plan: LoadPlan | None = None
         self._build()
@@ -113,6 +115,9 @@ class ModelLoadSettingsDialog(QDialog):
         self.promptLookupCheck.setObjectName("promptLookup")
         self.contextSpin = self._spin("contextLength", AUTOMATIC, MAX_CONTEXT_LENGTH)
         self.contextSpin.setSingleStep(1024)
+        self.draftCombo = QComboBox()
+        self.draftCombo.setObjectName("draftModel")
+        self.draftCombo.addItem("", None)
 
         self.form = QFormLayout()
         self._labels: dict[str, QLabel] = {}
@@ -126,6 +131,7 @@ class ModelLoadSettingsDialog(QDialog):
             ("mlock", self.mlockCheck),
             ("context", self.contextSpin),
             ("lookup", self.promptLookupCheck),
+            ("draft", self.draftCombo),
         ):
             label = QLabel()
             label.setBuddy(widget)
@@ -177,6 +183,7 @@ class ModelLoadSettingsDialog(QDialog):
         self.threadsSpin.valueChanged.connect(self._changed)
         self.mlockCheck.toggled.connect(self._changed)
         self.promptLookupCheck.toggled.connect(self._changed)
+        self.draftCombo.currentIndexChanged.connect(self._changed)
         self.contextSpin.valueChanged.connect(self._changed)
         self._plan_timer.timeout.connect(self._plan)
         self.resetButton.clicked.connect(self.reset)
@@ -195,6 +202,7 @@ class ModelLoadSettingsDialog(QDialog):
             "mlock": self.tr("Memory &lock"),
             "context": self.tr("&Context length"),
             "lookup": self.tr("&Prompt lookup"),
+            "draft": self.tr("&Draft model"),
         }
         for key, text in labels.items():
             self._labels[key].setText(text)
@@ -223,6 +231,15 @@ class ModelLoadSettingsDialog(QDialog):
                 "little more than one token (a GPU, a large model). Guesses shorten or stop when they do "
                 "not pay. Replies stay the model's own, up to the rounding of batched arithmetic. Turns "
                 "flash attention on when it is Auto."
+            )
+        )
+        self.draftCombo.setItemText(0, self.tr("None"))
+        self.draftCombo.setToolTip(
+            self.tr(
+                "Speculative decoding with a small model of the same family (the same vocabulary): it "
+                "guesses the next words, and this model checks several at a time, which is faster where a "
+                "batch costs little more than one token (a GPU, a large model). Replies stay the model's "
+                "own, up to the rounding of batched arithmetic. Not with prompt lookup."
             )
         )
         self.contextSpin.setSpecialValueText(self.tr("Automatic"))
@@ -254,7 +271,49 @@ class ModelLoadSettingsDialog(QDialog):
         self._model = model
         self.statusLabel.setText("")
         self._show_name()
+        # The other installed models are listed anew for this one (the list held it, or not, for the last).
+        self._drafts_listed = False
+        self.draftCombo.blockSignals(True)
+        while self.draftCombo.count() > 1:
+            self.draftCombo.removeItem(1)
+        self.draftCombo.blockSignals(False)
         self._show_settings(model.load_settings)
+        self._services.background.call(
+            self._services.library.list_models,
+            self._fill_drafts,
+            lambda error: self.statusLabel.setText(
+                self.tr("The installed models could not be listed: {error}").format(error=describe(error))
+            ),
+            operation="list draft models",
+        )
+
+    def _fill_drafts(self, models: list[InstalledModel]) -> None:
+        """The draft model choices: None and every other installed model, smallest first (a draft is
+        much smaller than its model); a stored one that is no longer installed stays, marked."""
+        combo, current = self.draftCombo, self._selected_draft()
+        self._drafts_listed = True
+        combo.blockSignals(True)
+        try:
+            while combo.count() > 1:
+                combo.removeItem(1)
+            for other in sorted(models, key=lambda m: m.size_bytes):
+                if other.id != self._model.id:
+                    combo.addItem(f"{other.name} ({format_bytes(other.size_bytes)})", other.name)
+            self._select_draft(current)
+        finally:
+            combo.blockSignals(False)
+
+    def _select_draft(self, name: str | None) -> None:
+        combo = self.draftCombo
+        if name is not None and combo.findData(name) < 0:
+            # Before the installed models are listed, a stored name is shown as it is.
+            missing = self._drafts_listed
+            combo.addItem(self.tr("{name} (not installed)").format(name=name) if missing else name, name)
+        combo.setCurrentIndex(max(0, combo.findData(name)) if name is not None else 0)
+
+    def _selected_draft(self) -> str | None:
+        data = self.draftCombo.currentData()
+        return data if isinstance(data, str) else None
 
     def _show_name(self) -> None:
         name = self._model.name
@@ -282,6 +341,7 @@ class ModelLoadSettingsDialog(QDialog):
             self.mlockCheck,
             self.contextSpin,
             self.promptLookupCheck,
+            self.draftCombo,
         )
         for widget in widgets:
             widget.blockSignals(True)
@@ -300,6 +360,7 @@ class ModelLoadSettingsDialog(QDialog):
             self.threadsSpin.setValue(settings.threads or AUTOMATIC)
             self.mlockCheck.setChecked(settings.mlock)
             self.promptLookupCheck.setChecked(settings.prompt_lookup)
+            self._select_draft(settings.draft_model)
             self.contextSpin.setValue(settings.context_length or AUTOMATIC)
         finally:
             for widget in widgets:
@@ -360,6 +421,7 @@ class ModelLoadSettingsDialog(QDialog):
             "mlock": self.mlockCheck.isChecked(),
             "context_length": self.contextSpin.value() or None,
             "prompt_lookup": self.promptLookupCheck.isChecked(),
+            "draft_model": self._selected_draft(),
         }
         try:
             settings = with_values(ModelLoadSettings(), values)
@@ -402,8 +464,9 @@ class ModelLoadSettingsDialog(QDialog):
             return
         generation = self._generation
         model, app_settings, hardware = self._model, self._services.settings, self._hardware()
+        library = self._services.library
         self._services.background.call(
-            lambda: installed_load_plan(model, settings, app_settings, hardware),
+            lambda: installed_load_plan(model, settings, app_settings, hardware, library=library),
             lambda plan: self._show_plan(generation, plan),
             lambda error: self._plan_failed(generation, error),
             operation="load plan",
@@ -432,15 +495,18 @@ class ModelLoadSettingsDialog(QDialog):
                 kv_bytes=format_bytes(plan.predicted_bytes.get("kv", 0)),
                 fit=self.tr("fits") if fits else self.tr("may not fit"),
             )
-            + (
-                self.tr(" Prompt lookup guesses up to {count} tokens at a time.").format(
-                    count=plan.draft_tokens
-                )
-                if plan.draft_tokens
-                else ""
-            )
+            + self._guesses(plan)
         )
         self.reasonLabel.setText(self.tr("Why: {reason}").format(reason=plan.reason))
+
+    def _guesses(self, plan: LoadPlan) -> str:
+        if not plan.draft_tokens:
+            return ""
+        if plan.draft_model_path is not None:
+            return self.tr(" The draft model {name} guesses up to {count} tokens at a time.").format(
+                name=Path(plan.draft_model_path).name, count=plan.draft_tokens
+            )
+        return self.tr(" Prompt lookup guesses up to {count} tokens at a time.").format(count=plan.draft_tokens)
 
     def _plan_failed(self, generation: int, error: Exception) -> None:
         if generation != self._generation:

@@ -47,7 +47,7 @@ from app.errors import (
 )
 from app.images.prepare import ImageSizing
 from app.library.installed import InstalledModel, ModelLibrary
-from app.library.load_settings import plan_model_load
+from app.library.model_ops import installed_load_plan
 from app.metrics import LiveState, Metrics, Source
 from app.remote.openai_client import StreamCancel, request_sampling
 from app.remote.registry import ContextSource, Server, ServerRegistry
@@ -371,13 +371,7 @@ class ChatEngine:
             backend, why = llama_backend()
             return ModelStatus(None, ModelState.UNLOADED, backend, f"{backend} · no model loaded", why)
         plan = self._client.plan
-        lookup_note = (
-            "Prompt lookup is off for this model: its state (a recurrent model's) cannot take back a "
-            "guess that turned out wrong."
-            if plan is not None and plan.draft_tokens and not loaded.draft_tokens
-            else ""
-        )
-        notes = (self._memory_note, loaded.template_note, self._client.kernel_note, lookup_note)
+        notes = (self._memory_note, loaded.template_note, self._client.kernel_note, loaded.draft_note)
         return ModelStatus(
             model.name,
             ModelState.READY,
@@ -439,18 +433,14 @@ class ChatEngine:
         except GGUFError as exc:
             raise HearthError(f"Model '{model.name}' is not a valid GGUF file: {exc}") from exc
         backend, _ = llama_backend()
-        plan = plan_model_load(
-            str(model.path),
-            header,
-            self.hardware,
+        plan = installed_load_plan(
+            model,
             model.load_settings,
+            self.settings,
+            self.hardware,
+            library=self.library,
             context_length=context_length,
-            global_gpu_layers=self.settings.gpu_layers,
-            global_threads=self.settings.n_threads,
-            parallel_replies=self.settings.replies_at_once,
-            gpu_offload_supported=backend == "CUDA",
-            mmproj_path=str(model.projector.path) if model.projector is not None else None,
-            projector_bytes=model.projector.size_bytes if model.projector is not None else 0,
+            header=header,
         )
         notify = callbacks.model_status if callbacks else (lambda _status: None)
         notify(ModelStatus(model.name, ModelState.LOADING, backend, f"Loading {model.name}…", plan.reason))

@@ -4,6 +4,7 @@ a load would use with them now."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, TextIO
 
 from app.cli.arguments import Subcommands
@@ -39,6 +40,9 @@ Settings (KEY= or --reset KEY puts one back to automatic):
   prompt_lookup    true guesses the next tokens from the conversation (speculative decoding): faster
                    replies that repeat it, where a batch costs little more than one token; turns flash
                    attention on when it is auto
+  draft_model      an installed model of the same vocabulary, much smaller (e.g. a 0.5B beside a 7B of
+                   its family), that guesses the next tokens for this one to check in one batch
+                   (speculative decoding; not with prompt_lookup); the reply stays the model's own
 The model is loaded with them at its next turn.
 """
 
@@ -125,11 +129,11 @@ def run_show(core: Core, args: argparse.Namespace, out: TextIO) -> int:
 def _plan(core: Core, model: InstalledModel, hardware: HardwareReport) -> LoadPlan:
     from app.library.model_ops import installed_load_plan
 
-    return installed_load_plan(model, model.load_settings, core.settings, hardware)
+    return installed_load_plan(model, model.load_settings, core.settings, hardware, library=core.library)
 
 
 def _predicted_total(plan: LoadPlan) -> int:
-    return sum(plan.predicted_bytes.get(key, 0) for key in ("weights", "kv", "compute"))
+    return sum(plan.predicted_bytes.get(key, 0) for key in ("weights", "kv", "compute", "draft"))
 
 
 def _plan_json(plan: LoadPlan) -> dict[str, Any]:
@@ -144,6 +148,7 @@ def _plan_json(plan: LoadPlan) -> dict[str, Any]:
         "tensor_split": list(plan.tensor_split) if plan.tensor_split is not None else None,
         "mlock": plan.use_mlock,
         "draft_tokens": plan.draft_tokens,
+        "draft_model_path": plan.draft_model_path,
         "predicted_bytes": plan.predicted_bytes,
         "predicted_total_bytes": _predicted_total(plan),
         "reason": plan.reason,
@@ -157,5 +162,13 @@ def _plan_line(plan: LoadPlan) -> str:
         f"{plan.n_ctx:,}-token context, {layers}, KV cache {plan.kv_type}, flash attention {flash}, "
         f"{plan.n_threads} threads, predicted {_predicted_total(plan) / (1 << 20):,.0f} MiB"
         f" (KV cache {plan.predicted_bytes.get('kv', 0) / (1 << 20):,.0f} MiB)"
-        + (f", prompt lookup up to {plan.draft_tokens} tokens" if plan.draft_tokens else "")
+        + _guesses(plan)
     )
+
+
+def _guesses(plan: LoadPlan) -> str:
+    if not plan.draft_tokens:
+        return ""
+    if plan.draft_model_path is not None:
+        return f", draft model {Path(plan.draft_model_path).name} guessing up to {plan.draft_tokens} tokens"
+    return f", prompt lookup up to {plan.draft_tokens} tokens"

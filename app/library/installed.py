@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import HearthError, InvalidModelFile, ModelNotFound
 from app.fsutil import fsync_directory
-from app.library.load_settings import ModelLoadSettings, check_load_settings, from_json
+from app.library.load_settings import ModelLoadSettings, check_load_settings, draft_problem, from_json
 from app.storage.db import Database
 from app.storage.orm import ModelRow
 from inference.gguf import GGUFError, GGUFHeader, read_header
@@ -970,11 +970,28 @@ class ModelLibrary:
         with self._db.session() as session:
             row = self._row(session, name)
             check_load_settings(settings, n_layers=row.n_layers, hardware=hardware)
+            if settings.draft_model is not None:
+                self._check_draft(row, self._row(session, settings.draft_model))
             row.load_settings_json = settings.to_json()
             session.flush()
             model = _model(row)
         log.info("load settings of %s: %s", name, settings.describe())
         return model
+
+    @staticmethod
+    def _check_draft(row: ModelRow, draft: ModelRow) -> None:
+        """HearthError saying why `draft` cannot guess for `row`'s model, read from their headers."""
+        if draft.id == row.id:
+            raise HearthError(f"{row.name} cannot be its own draft model: choose a smaller model of its family.")
+        try:
+            problem = draft_problem(read_header(row.path), read_header(draft.path))
+        except (OSError, GGUFError) as exc:
+            raise HearthError(f"The draft model's file or the model's cannot be read: {exc}") from exc
+        if problem is not None:
+            raise HearthError(
+                f"{draft.name} cannot be the draft model of {row.name}: {problem}. A draft model must share "
+                "the model's vocabulary: a smaller model of the same family."
+            )
 
     def projector_in_use(self, path: Path) -> bool:
         """Whether an installed model is loaded with this projector file (quantizations of one repo share

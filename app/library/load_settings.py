@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Final
 
 from app.errors import HearthError
-from inference.estimator import KV_CACHE_TYPES
-from inference.gguf import GGUFHeader
+from inference.draft_model import VOCAB_SIZE_TOLERANCE
+from inference.estimator import DEFAULT_UBATCH, KV_CACHE_TYPES, predict_memory
+from inference.gguf import ArraySummary, GGUFHeader
 from inference.hardware import HardwareReport
 from inference.planner import plan_load
 from inference.protocol import LoadPlan
@@ -29,6 +30,11 @@ MAX_THREADS: Final = 1024
 # The longest guess prompt lookup makes; the runner shortens its guesses to what its measured decode times
 # make worth it (inference.runner._Drafts), so this only bounds the batch it allocates.
 PROMPT_LOOKUP_TOKENS: Final = 12
+# The longest guess a draft model makes (inference.draft_model): each guessed token costs a step of the
+# draft, so guesses are shorter than prompt lookup's, which cost nothing to make; the draft stops earlier
+# on a token it is unsure of, and the runner at the length its measured costs make worth it.
+DRAFT_MODEL_TOKENS: Final = 8
+MAX_MODEL_NAME: Final = 256
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,9 @@ class ModelLoadSettings:
     # Prompt-lookup speculative decoding (inference.prompt_lookup): faster replies that repeat the
     # conversation, such as code given back with a change.
     prompt_lookup: bool = False
+    # Draft-model speculative decoding (inference.draft_model): the name of an installed model with the
+    # same vocabulary, much smaller, that guesses the next tokens for this one to check in one batch.
+    draft_model: str | None = None
 
     @property
     def automatic(self) -> bool:
@@ -119,7 +128,7 @@ def parse_value(key: str, text: str) -> object:
     text = text.strip()
     if not text:
         return asdict(ModelLoadSettings())[key]
-    if key in ("kv_cache_type", "flash_attention"):
+    if key in ("kv_cache_type", "flash_attention", "draft_model"):
         return text
     if key == "gpu_layers" and text == "auto":
         return text
@@ -177,6 +186,10 @@ def _checked(key: str, value: object) -> object:
         if isinstance(value, bool):
             return value
         raise HearthError(f"{key} must be true or false.")
+    if key == "draft_model":
+        if value is None or (isinstance(value, str) and 0 < len(value.strip()) <= MAX_MODEL_NAME):
+            return value.strip() if isinstance(value, str) else None
+        raise HearthError("draft_model must be the name of an installed model (or empty for none).")
     if value is None or (_is_int(value) and 1 <= value <= MAX_CONTEXT_LENGTH):  # type: ignore[operator]
         return value
     raise HearthError(f"context_length must be a number of tokens from 1 to {MAX_CONTEXT_LENGTH:,}.")
@@ -204,6 +217,11 @@ def load_settings_problems(
     """Why these settings cannot be used for a model of `n_layers` layers (None: unknown) on this machine,
     one sentence each; empty when they can."""
     problems: list[str] = []
+    if settings.prompt_lookup and settings.draft_model is not None:
+        problems.append(
+            "prompt_lookup and draft_model both guess the next tokens, and one guesser is used at a time: "
+            "set one of them."
+        )
     quantized = settings.kv_cache_type not in (None, "f16")
     if quantized and settings.flash_attention == "off":
         problems.append(
@@ -276,14 +294,18 @@ def plan_model_load(
     parallel_replies: int = 1,
     mmproj_path: str | None = None,
     projector_bytes: int = 0,
+    draft: DraftFile | None = None,
 ) -> LoadPlan:
     """The plan a load of this model uses now: its settings win over the global ones, and each automatic
-    one leaves the choice to inference.planner as before. The plan's reason says which were set."""
+    one leaves the choice to inference.planner as before. The plan's reason says which were set.
+    `draft`: the file of the model settings.draft_model names, None when the library has none by that
+    name (the model then loads without it, and the reason says so)."""
     flash = {"auto": None, "on": True, "off": False}[settings.flash_attention]
-    if settings.prompt_lookup and flash is None:
+    if (settings.prompt_lookup or settings.draft_model is not None) and flash is None:
         # With flash attention ggml's CPU kernels give a guessed batch the logits each token gets alone, at
         # least within the first 256 positions (bench/speculative.py); without it, never.
         flash = True
+    draft_bytes = draft.memory_bytes(context_length) if draft is not None else 0
     if parallel_replies > 1 and flash is None:
         # The replies share one KV cache (inference.decoding): without flash attention each token's
         # attention is computed over every cell in use, other replies' and idle slots' cached
@@ -300,7 +322,8 @@ def plan_model_load(
         n_threads=settings.threads or global_threads,
         gpu_offload_supported=gpu_offload_supported,
         mmproj_path=mmproj_path,
-        projector_bytes=projector_bytes,
+        # The fit counts the draft model where the projector's bytes go: beside the model's weights.
+        projector_bytes=projector_bytes + draft_bytes,
         kv_type=settings.kv_cache_type,
         flash_attn=flash,
         main_gpu=settings.main_gpu,
@@ -310,6 +333,61 @@ def plan_model_load(
     plan = replace(plan, n_parallel=parallel_replies)
     if settings.prompt_lookup:
         plan = replace(plan, draft_tokens=PROMPT_LOOKUP_TOKENS)
+    if draft is not None:
+        plan = replace(
+            plan,
+            draft_tokens=DRAFT_MODEL_TOKENS,
+            draft_model_path=str(draft.path),
+            # Where the model runs: a draft on the CPU beside a model on the GPU would cost more per guess
+            # than the model's own step.
+            draft_gpu_layers=draft.n_layers + 1 if plan.n_gpu_layers > plan.n_layers else 0,
+            predicted_bytes={**plan.predicted_bytes, "draft": draft_bytes},
+        )
+    elif settings.draft_model is not None:
+        plan = replace(
+            plan, reason=f"{plan.reason}; draft model {settings.draft_model} not in the library, not used"
+        )
     if settings.automatic:
         return plan
     return replace(plan, reason=f"{plan.reason}; set for this model: {settings.describe()}")
+
+
+@dataclass(frozen=True)
+class DraftFile:
+    """A draft model's file and header, as plan_model_load counts it."""
+
+    path: str
+    header: GGUFHeader
+
+    @property
+    def n_layers(self) -> int:
+        return self.header.block_count or 0
+
+    def memory_bytes(self, context_length: int) -> int:
+        """Its weights, KV cache and compute buffers with a context of `context_length` (one sequence: it
+        guesses only for a reply that has the runner to itself)."""
+        predicted = predict_memory(
+            self.header, context=context_length, n_gpu_layers=0, flash_attn=True, n_ubatch=DEFAULT_UBATCH
+        )
+        return predicted.weights + predicted.kv + predicted.compute
+
+
+def draft_problem(model: GGUFHeader, draft: GGUFHeader) -> str | None:
+    """Why `draft` cannot guess for `model`, read from their headers (the runner checks every token's
+    text at load), as the end of a sentence; or None."""
+    kinds = (model.metadata.get("tokenizer.ggml.model"), draft.metadata.get("tokenizer.ggml.model"))
+    if kinds[0] != kinds[1]:
+        return f"its tokenizer is {kinds[1] or 'unknown'}, the model's {kinds[0] or 'unknown'}"
+    sizes = (_vocab_size(model), _vocab_size(draft))
+    if None not in sizes and abs(sizes[0] - sizes[1]) > VOCAB_SIZE_TOLERANCE:  # type: ignore[operator]
+        return f"its vocabulary has {sizes[1]:,} tokens, the model's {sizes[0]:,}"
+    if (model.bos_token_id, model.eos_token_id) != (draft.bos_token_id, draft.eos_token_id):
+        return "its start and end tokens differ from the model's"
+    return None
+
+
+def _vocab_size(header: GGUFHeader) -> int | None:
+    tokens = header.metadata.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, ArraySummary):
+        return tokens.length
+    return len(tokens) if isinstance(tokens, list) else None

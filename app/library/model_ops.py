@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from app.errors import HearthError
 from app.library.installed import STARTER_SOURCE, InstalledModel, ModelLibrary
-from app.library.load_settings import ModelLoadSettings, plan_model_load
+from app.library.load_settings import DraftFile, ModelLoadSettings, plan_model_load
 from app.settings import Settings
 from inference.estimator import (
     Fit,
@@ -185,30 +185,58 @@ def _pair_projector(
 
 
 def installed_load_plan(
-    model: InstalledModel, load_settings: ModelLoadSettings, settings: Settings, hardware: HardwareReport
+    model: InstalledModel,
+    load_settings: ModelLoadSettings,
+    settings: Settings,
+    hardware: HardwareReport,
+    *,
+    library: ModelLibrary | None = None,
+    context_length: int | None = None,
+    header: GGUFHeader | None = None,
 ) -> LoadPlan:
-    """The plan a load of `model` with `load_settings` would use now, outside any conversation: its memory
-    prediction and fit are what `hearth models show` and the load settings dialog report, and what
-    app.chat.engine loads with. Blocking (reads the header); raises HearthError for a missing or
-    unreadable file."""
-    try:
-        header = read_header(model.path)
-    except (OSError, GGUFError) as exc:
-        raise HearthError(f"The file of model '{model.name}' cannot be read: {exc}") from exc
-    context = settings.model_defaults.get(model.name, {}).get("context_length", settings.context_length)
+    """The plan a load of `model` with `load_settings` would use now: its memory prediction and fit are
+    what `hearth models show` and the load settings dialog report, and what app.chat.engine loads with
+    (`context_length`: a conversation's own, which wins over the model's). `library` finds the draft model
+    the settings name. Blocking (reads the headers); raises HearthError for a missing or unreadable file."""
+    if header is None:
+        header = _installed_header(model)
+    if context_length is None:
+        default = settings.model_defaults.get(model.name, {}).get("context_length", settings.context_length)
+        context_length = load_settings.context_length or int(default)
     return plan_model_load(
         str(model.path),
         header,
         hardware,
         load_settings,
-        context_length=load_settings.context_length or int(context),
+        context_length=context_length,
         global_gpu_layers=settings.gpu_layers,
         global_threads=settings.n_threads,
         parallel_replies=settings.replies_at_once,
         gpu_offload_supported=llama_backend()[0] == "CUDA",
         mmproj_path=str(model.projector.path) if model.projector is not None else None,
         projector_bytes=model.projector.size_bytes if model.projector is not None else 0,
+        draft=_draft_file(library, load_settings.draft_model) if library is not None else None,
     )
+
+
+def _installed_header(model: InstalledModel) -> GGUFHeader:
+    try:
+        return read_header(model.path)
+    except (OSError, GGUFError) as exc:
+        raise HearthError(f"The file of model '{model.name}' cannot be read: {exc}") from exc
+
+
+def _draft_file(library: ModelLibrary, name: str | None) -> DraftFile | None:
+    """The draft model `name` names, or None when there is none by that name any more, or its file cannot
+    be read: the model then loads without it (the plan's reason says so)."""
+    if name is None:
+        return None
+    try:
+        draft = library.get(name)
+        return DraftFile(str(draft.path), _installed_header(draft))
+    except HearthError as exc:
+        log.info("draft model %s not used: %s", name, exc)
+        return None
 
 
 def remove_installed(library: ModelLibrary, name: str) -> tuple[InstalledModel, bool]:

@@ -34,6 +34,13 @@ EDIT = (
     "past small villages and old stone bridges, until it reachs the wide plain."
 )
 GREEDY = SamplingParams(temperature=0.0, max_tokens=120, seed=1)
+# Past 256 positions, where ggml's attention for a single token would leave the path a batch takes, but for
+# Hearth's patch (packaging/llama_patches/0003-fa-batch-invariant-single-query.patch).
+LONG_EDIT = "Copy this code exactly, but rename total_price to order_total:\n\n" + "\n\n".join(
+    f"def {name}(items, rate):\n    subtotal = 0\n    for item in items:\n"
+    f"        subtotal += item.price * item.quantity\n    return subtotal * rate\n"
+    for name in ("total_price", "discounted", "with_tax", "shipping", "insured", "wrapped")
+)
 
 
 def costs(one_token_s: float, per_guessed_token_s: float) -> _GuessCosts:
@@ -141,9 +148,9 @@ def runners() -> Iterator[tuple[Loaded, Loaded]]:
         side.runner._model.llm.close()
 
 
-def batched_logits_are_exact(side: Loaded) -> bool:
-    """Whether this machine's kernels give a batch of the edit's tokens, at its depth, the logits each gets
-    decoded alone: what an identical reply rests on."""
+def batched_logits_are_exact(side: Loaded, prompt: str = EDIT) -> bool:
+    """Whether this machine's kernels give a batch of the prompt's last tokens, at its depth, the logits
+    each gets decoded alone: what an identical reply rests on."""
     import ctypes
 
     import llama_cpp
@@ -151,7 +158,7 @@ def batched_logits_are_exact(side: Loaded) -> bool:
     model = side.runner._model
     assert model is not None
     ctx = model.llm.ctx
-    _, tokens = _prompt_tokens(model, (ChatMessage("user", EDIT),))
+    _, tokens = _prompt_tokens(model, (ChatMessage("user", prompt),))
     memory = llama_cpp.llama_get_memory(ctx)
     size = model.llm.n_vocab() * ctypes.sizeof(ctypes.c_float)
     batch = llama_cpp.llama_batch_init(8, 0, 1)
@@ -273,3 +280,21 @@ def test_a_reply_held_to_a_json_schema_is_guessed_too_and_stays_the_plain_reply(
     assert json.loads(text)["paragraph"].startswith("The river starts high in the mountains")
     assert 0 < stats.accepted_draft_tokens <= stats.drafted_tokens
     assert lookup.cache_agrees()
+
+
+@pytest.mark.model
+def test_past_256_positions_a_reply_with_prompt_lookup_is_still_the_plain_reply(
+    runners: tuple[Loaded, Loaded],
+) -> None:
+    """Where llama.cpp's single-token attention splits the cache over the threads, Hearth's runner keeps it
+    on the path a batch takes: the long edit is given back the same, guessed or not."""
+    plain, lookup = runners
+    lookup.pay_for_guesses(CHEAP_GUESSES)
+    messages = (ChatMessage("user", LONG_EDIT),)
+    assert lookup.reply(messages, GREEDY)[1].prompt_tokens > 256
+    if not batched_logits_are_exact(lookup, LONG_EDIT):
+        pytest.skip("this machine's matrix kernels round a batch differently from single tokens")
+    long_greedy = replace(GREEDY, max_tokens=200)
+    expected, _ = plain.reply(messages, long_greedy)
+    text, stats = lookup.reply(messages, long_greedy)
+    assert text == expected and stats.accepted_draft_tokens > 0

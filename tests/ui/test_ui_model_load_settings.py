@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtWidgets import QComboBox
 from pytestqt.qtbot import QtBot
 
-from app.library.load_settings import PROMPT_LOOKUP_TOKENS, ModelLoadSettings
+from app.library.load_settings import DRAFT_MODEL_TOKENS, PROMPT_LOOKUP_TOKENS, ModelLoadSettings
 from app.paths import HearthPaths
 from inference.protocol import LoadPlan
 from tests.helpers.ui_fixtures import GuiSession, GuiSessions, click
@@ -153,3 +153,42 @@ def test_more_gpu_layers_or_threads_than_there_are_is_a_problem(
     dialog.contextSpin.setValue(2048)
     assert planned(qtbot, dialog).n_ctx == 2048
     assert "2,048-token context" in dialog.planLabel.text()
+
+
+def test_a_draft_model_is_chosen_from_the_library_and_one_that_cannot_guess_is_not_saved(
+    qtbot: QtBot, gui: GuiSessions, hermetic_home: Path, starter_model: Path
+) -> None:
+    """The draft list holds the other installed models, smallest first; a copy of the starter guesses for
+    it, and the plan says so; with prompt lookup on too, the window says one of them must go."""
+    session = gui.open(HearthPaths(hermetic_home), preload_model=False)
+    name = starter(session, starter_model)
+    copy = session.services.library.import_file(starter_model, name="draft-copy")
+    panel = open_library(qtbot, session)
+    dialog = open_settings(qtbot, panel, name)
+    qtbot.waitUntil(lambda: dialog.draftCombo.count() == 2, timeout=WAIT_MS)
+    assert dialog.draftCombo.currentText() == "None"
+    assert dialog.draftCombo.itemText(1).startswith("draft-copy (")
+
+    choose(dialog.draftCombo, copy.name)
+    plan = planned(qtbot, dialog)
+    assert plan.draft_model_path == str(copy.path) and plan.draft_tokens == DRAFT_MODEL_TOKENS
+    assert f"The draft model {copy.path.name} guesses up to {DRAFT_MODEL_TOKENS} tokens" in dialog.planLabel.text()
+    assert plan.predicted_bytes["draft"] > 0
+
+    dialog.promptLookupCheck.setChecked(True)
+    assert "prompt_lookup and draft_model both guess" in dialog.problemsLabel.text()
+    assert not dialog.saveButton.isEnabled()
+    dialog.promptLookupCheck.setChecked(False)
+    click(dialog.saveButton)
+    qtbot.waitUntil(lambda: not dialog.isVisible(), timeout=WAIT_MS)
+    assert session.services.library.get(name).load_settings == ModelLoadSettings(draft_model=copy.name)
+
+    # The draft forgotten, the window still shows the stored name, marked, until it is changed.
+    session.services.library.remove(copy.name, delete_file=True)
+    dialog = open_settings(qtbot, panel, name)
+    qtbot.waitUntil(lambda: dialog.draftCombo.currentText() == "draft-copy (not installed)", timeout=WAIT_MS)
+    assert "draft model draft-copy not in the library, not used" in planned(qtbot, dialog).reason
+    choose(dialog.draftCombo, None)
+    click(dialog.saveButton)
+    qtbot.waitUntil(lambda: not dialog.isVisible(), timeout=WAIT_MS)
+    assert session.services.library.get(name).load_settings.automatic

