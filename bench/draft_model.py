@@ -34,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from bench import results
-from bench.speculative import DRAFT_TOKENS, N_CTX, SAMPLING, TASKS, Reply, Side, first_difference, starter_model
+from bench.speculative import (
+    DRAFT_TOKENS,
+    N_CTX,
+    SAMPLING,
+    TASKS,
+    Reply,
+    Side,
+    first_difference,
+    starter_model,
+)
 from inference.ggml_backends import load_backends
 from inference.llama_memory import LlamaLog
 
@@ -60,14 +69,18 @@ def f16_target(starter: Path, directory: Path) -> Path:
     params.allow_requantize = True
     target = directory / "SmolLM2-135M-Instruct.F16.gguf"
     with LlamaLog(echo=False):
-        failed = llama_cpp.llama_model_quantize(str(starter).encode(), str(target).encode(), ctypes.byref(params))
+        failed = llama_cpp.llama_model_quantize(
+            str(starter).encode(), str(target).encode(), ctypes.byref(params)
+        )
     if failed:
         sys.exit("writing the starter model as F16 failed")
     return target
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     results.add_publish_option(parser)
@@ -147,15 +160,16 @@ def _same(row: Mapping[str, Any], side: str) -> str:
 
 def render_table(data: Mapping[str, Any]) -> str:
     lines = [
-        "| round (first) | task | reply tokens | plain tok/s | draft model tok/s | speedup | guessed tokens kept "
-        "| same reply | prompt lookup tok/s | speedup | same reply |",
+        "| round (first) | task | reply tokens | plain tok/s | draft model tok/s | speedup "
+        "| guessed tokens kept | same reply | prompt lookup tok/s | speedup | same reply |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["rows"]:
         lines.append(
             f"| {r['round']} ({r['first']}) | {r['task']} | {r['tokens']} | {r['plain_tok_s']:.1f} "
-            f"| {r['draft_tok_s']:.1f} | ×{r['draft_speedup']:.2f} | {r['draft_accepted']} of {r['draft_drafted']} "
-            f"| {_same(r, 'draft')} | {r['lookup_tok_s']:.1f} | ×{r['lookup_speedup']:.2f} | {_same(r, 'lookup')} |"
+            f"| {r['draft_tok_s']:.1f} | ×{r['draft_speedup']:.2f} "
+            f"| {r['draft_accepted']} of {r['draft_drafted']} | {_same(r, 'draft')} "
+            f"| {r['lookup_tok_s']:.1f} | ×{r['lookup_speedup']:.2f} | {_same(r, 'lookup')} |"
         )
     medians = {
         side: ", ".join(f"{task} ×{value:.2f}" for task, value in data["median_speedup"][side].items())
@@ -171,11 +185,12 @@ def render_table(data: Mapping[str, Any]) -> str:
         [
             *lines,
             "",
-            f"Target {data['target']} (the starter's weights written as F16), draft {data['draft']}; CPU, "
-            f"{threads} thread{'s' if threads != 1 else ''}, context {data['n_ctx']:,}, flash attention on, draft guesses of up to "
-            f"{data['draft_tokens']} tokens, prompt lookup up to {data['lookup_tokens']}, greedy, at most "
-            f"{data['max_tokens']} tokens per reply. Median speedup with the draft model: {medians['draft']}; "
-            f"with prompt lookup: {medians['lookup']}; {identical}.",
+            f"Target {data['target']} (the starter's weights written as F16), draft {data['draft']}; "
+            f"CPU, {threads} thread{'s' if threads != 1 else ''}, context {data['n_ctx']:,}, flash attention "
+            f"on, draft guesses of up to {data['draft_tokens']} tokens, prompt lookup up to "
+            f"{data['lookup_tokens']}, greedy, at most {data['max_tokens']} tokens per reply. Median "
+            f"speedup with the draft model: {medians['draft']}; with prompt lookup: {medians['lookup']}; "
+            f"{identical}.",
         ]
     )
 

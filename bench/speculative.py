@@ -39,7 +39,7 @@ from inference.protocol import (
     SamplingParams,
     TokenDelta,
 )
-from inference.runner import Runner
+from inference.runner import BATCH_INVARIANT_ENV, Runner
 
 CODE = """def total_price(items, tax_rate):
     subtotal = 0
@@ -108,6 +108,7 @@ class Side:
         sampling: SamplingParams = SAMPLING,
     ) -> None:
         self._sampling = sampling
+        self._guesses = draft_tokens > 0
         self._sent: list[object] = []
         self._runner = Runner(self._sent.append)
         plan = LoadPlan(
@@ -129,6 +130,12 @@ class Side:
             sys.exit(notes[0])
 
     def reply(self, prompt: str) -> Reply:
+        # Each side decodes with the kernels its load chose (the runner sets them per load, for the whole
+        # process: both sides share this one), so plain decoding here is what it is with guesses off.
+        if self._guesses:
+            os.environ[BATCH_INVARIANT_ENV] = "1"
+        else:
+            os.environ.pop(BATCH_INVARIANT_ENV, None)
         self._sent.clear()
         self._runner.generate(GenerateRequest("bench", (ChatMessage("user", prompt),), self._sampling))
         ends = [m for m in self._sent if isinstance(m, Finished | Failed)]

@@ -63,9 +63,9 @@ PENALTY_LAST_N = 64
 # Where an image goes in a prompt's tokens (no token has a negative id), and what a slot's cache holds after
 # a prompt with images: a prefix no later prompt can share, so it is decoded from the start.
 IMAGE_SLOT = -1
-# Speculative decoding (_Drafts): the share of guessed tokens taken to be kept before any is checked, how fast the
-# measured share follows each check, how fast it drifts back while nothing is guessed, and how fast the
-# decode times follow each measurement.
+# Speculative decoding (_Drafts): the share of guessed tokens taken to be kept before any is checked, how
+# fast the measured share follows each check, how fast it drifts back while nothing is guessed, and how fast
+# the decode times follow each measurement.
 KEPT_PRIOR = 0.6
 KEPT_SMOOTHING = 0.3
 KEPT_RECOVERY = 0.05

@@ -73,7 +73,12 @@ def incompatibility(model: DraftVocab, draft: DraftVocab) -> str | None:
     """Why the draft's token ids do not name the model's tokens (a sentence's end, lower case), or None."""
     if model.kind != draft.kind:
         return "its tokenizer is of another kind"
-    if (model.add_bos, model.add_eos, model.bos, model.eos) != (draft.add_bos, draft.add_eos, draft.bos, draft.eos):
+    if (model.add_bos, model.add_eos, model.bos, model.eos) != (
+        draft.add_bos,
+        draft.add_eos,
+        draft.bos,
+        draft.eos,
+    ):
         return "its start and end tokens differ"
     if abs(model.n_tokens - draft.n_tokens) > VOCAB_SIZE_TOLERANCE:
         return f"its vocabulary has {draft.n_tokens:,} tokens, the model's {model.n_tokens:,}"
@@ -173,8 +178,8 @@ class DraftModel:
 
     def _most_likely(self) -> tuple[int, float]:
         """The token with the highest logit at the last position read, and its probability."""
-        import numpy as np
         import llama_cpp
+        import numpy as np
 
         pointer = llama_cpp.llama_get_logits_ith(self._ctx, -1)
         logits = np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), (self._n_vocab,))
@@ -213,7 +218,9 @@ def load_draft(
         raise DraftModelError(f"llama.cpp could not load it ({str(exc) or type(exc).__name__})") from exc
     try:
         if llama_cpp.llama_model_is_recurrent(llm.model) or llama_cpp.llama_model_is_hybrid(llm.model):
-            raise DraftModelError("its state cannot be taken back when a guess is not kept (a recurrent model)")
+            raise DraftModelError(
+                "its state cannot be taken back when a guess is not kept (a recurrent model)"
+            )
         problem = incompatibility(vocabulary(model), vocabulary(llm))
         if problem is not None:
             raise DraftModelError(f"it does not share the model's vocabulary: {problem}")

@@ -11,8 +11,8 @@ reasons and problems come from files: every label is plain text and every toolti
 from __future__ import annotations
 
 import html
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 
 from PySide6.QtCore import QEvent, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -506,7 +506,9 @@ class ModelLoadSettingsDialog(QDialog):
             return self.tr(" The draft model {name} guesses up to {count} tokens at a time.").format(
                 name=Path(plan.draft_model_path).name, count=plan.draft_tokens
             )
-        return self.tr(" Prompt lookup guesses up to {count} tokens at a time.").format(count=plan.draft_tokens)
+        return self.tr(" Prompt lookup guesses up to {count} tokens at a time.").format(
+            count=plan.draft_tokens
+        )
 
     def _plan_failed(self, generation: int, error: Exception) -> None:
         if generation != self._generation:

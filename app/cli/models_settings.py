@@ -161,8 +161,7 @@ def _plan_line(plan: LoadPlan) -> str:
     return (
         f"{plan.n_ctx:,}-token context, {layers}, KV cache {plan.kv_type}, flash attention {flash}, "
         f"{plan.n_threads} threads, predicted {_predicted_total(plan) / (1 << 20):,.0f} MiB"
-        f" (KV cache {plan.predicted_bytes.get('kv', 0) / (1 << 20):,.0f} MiB)"
-        + _guesses(plan)
+        f" (KV cache {plan.predicted_bytes.get('kv', 0) / (1 << 20):,.0f} MiB)" + _guesses(plan)
     )
 
 

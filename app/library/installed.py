@@ -982,7 +982,9 @@ class ModelLibrary:
     def _check_draft(row: ModelRow, draft: ModelRow) -> None:
         """HearthError saying why `draft` cannot guess for `row`'s model, read from their headers."""
         if draft.id == row.id:
-            raise HearthError(f"{row.name} cannot be its own draft model: choose a smaller model of its family.")
+            raise HearthError(
+                f"{row.name} cannot be its own draft model: choose a smaller model of its family."
+            )
         try:
             problem = draft_problem(read_header(row.path), read_header(draft.path))
         except (OSError, GGUFError) as exc:

@@ -1646,6 +1646,10 @@
         <translation>提示词查找(&amp;P)</translation>
     </message>
     <message>
+        <source>&amp;Draft model</source>
+        <translation>草稿模型(&amp;D)</translation>
+    </message>
+    <message>
         <source>Automatic</source>
         <translation>自动</translation>
     </message>
@@ -1690,6 +1694,14 @@
         <translation>推测解码：回复中重复对话内容的词（稍作修改后返回的代码、引文、名称）会一次检查多个，在一批的开销仅略高于一个词元时（GPU、大模型）更快。猜测不划算时会缩短或停止。回复仍是模型自己的，仅受批量运算舍入的影响。闪电注意力为“自动”时会将其打开。</translation>
     </message>
     <message>
+        <source>None</source>
+        <translation>无</translation>
+    </message>
+    <message>
+        <source>Speculative decoding with a small model of the same family (the same vocabulary): it guesses the next words, and this model checks several at a time, which is faster where a batch costs little more than one token (a GPU, a large model). Replies stay the model&apos;s own, up to the rounding of batched arithmetic. Not with prompt lookup.</source>
+        <translation>用同一系列（相同词表）的小模型做推测解码：它猜出接下来的词，由本模型一次核对多个；在一批的开销只比一个词元略多的地方（GPU、大模型）更快。回复仍是本模型自己的，至多有批量运算的舍入差异。不能与提示词查找同时使用。</translation>
+    </message>
+    <message>
         <source> tokens</source>
         <translation> 个词元</translation>
     </message>
@@ -1716,6 +1728,14 @@
     <message>
         <source>Close</source>
         <translation>关闭</translation>
+    </message>
+    <message>
+        <source>The installed models could not be listed: {error}</source>
+        <translation>无法列出已安装的模型：{error}</translation>
+    </message>
+    <message>
+        <source>{name} (not installed)</source>
+        <translation>{name}（未安装）</translation>
     </message>
     <message>
         <source>Load settings: {name}</source>
@@ -1772,6 +1792,10 @@
     <message>
         <source>may not fit</source>
         <translation>可能放不下</translation>
+    </message>
+    <message>
+        <source> The draft model {name} guesses up to {count} tokens at a time.</source>
+        <translation> 草稿模型 {name} 每次最多猜 {count} 个词元。</translation>
     </message>
     <message>
         <source> Prompt lookup guesses up to {count} tokens at a time.</source>

@@ -172,7 +172,10 @@ def test_a_draft_model_is_chosen_from_the_library_and_one_that_cannot_guess_is_n
     choose(dialog.draftCombo, copy.name)
     plan = planned(qtbot, dialog)
     assert plan.draft_model_path == str(copy.path) and plan.draft_tokens == DRAFT_MODEL_TOKENS
-    assert f"The draft model {copy.path.name} guesses up to {DRAFT_MODEL_TOKENS} tokens" in dialog.planLabel.text()
+    assert (
+        f"The draft model {copy.path.name} guesses up to {DRAFT_MODEL_TOKENS} tokens"
+        in dialog.planLabel.text()
+    )
     assert plan.predicted_bytes["draft"] > 0
 
     dialog.promptLookupCheck.setChecked(True)

@@ -116,7 +116,9 @@ def test_a_real_load_puts_the_draft_beside_the_model(
     status = engine.status()
     assert "draft" not in status.detail.lower()
     request = GenerateRequest(
-        "draft", (ChatMessage("user", "Count from one to twenty in words."),), SamplingParams(temperature=0.0, max_tokens=48)
+        "draft",
+        (ChatMessage("user", "Count from one to twenty in words."),),
+        SamplingParams(temperature=0.0, max_tokens=48),
     )
     [finished] = [m for m in engine.client.generate(request) if isinstance(m, Finished)]
     assert finished.stats.completion_tokens > 0
