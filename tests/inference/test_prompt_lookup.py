@@ -7,6 +7,7 @@ import json
 import os
 import random
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
@@ -26,9 +27,7 @@ from inference.protocol import (
 )
 from inference.runner import BATCH_INVARIANT_ENV, Runner, _prompt_tokens
 
-# Short enough that prompt and reply stay within the first 256 positions, where ggml's CPU attention
-# (flash attention on) gives a batch the logits each token gets alone (bench/speculative.py shows where it
-# stops).
+# Prompt and reply within the first 256 positions (LONG_EDIT goes past them).
 EDIT = (
     "Fix the typo in this paragraph and give back the whole paragraph: The river starts high in the "
     "mountains, where snow melts in the spring sun. It flows down through pine forests and green valleys, "
@@ -36,7 +35,7 @@ EDIT = (
 )
 GREEDY = SamplingParams(temperature=0.0, max_tokens=120, seed=1)
 # Past 256 positions, where ggml's attention for a single token would leave the path a batch takes, but for
-# Hearth's patch (packaging/llama_patches/0003-fa-batch-invariant-single-query.patch).
+# Hearth's patch (packaging/llama_patches/0003-batch-invariant-small-batches.patch).
 LONG_EDIT = "Copy this code exactly, but rename total_price to order_total:\n\n" + "\n\n".join(
     f"def {name}(items, rate):\n    subtotal = 0\n    for item in items:\n"
     f"        subtotal += item.price * item.quantity\n    return subtotal * rate\n"
@@ -132,23 +131,36 @@ class Loaded:
         return int(llama_cpp.llama_memory_seq_pos_max(memory, 0)) + 1 == len(model.slots[0].cached)
 
 
-@pytest.fixture(scope="module")
-def runners() -> Iterator[tuple[Loaded, Loaded]]:
+def starter_plan(n_ctx: int = 1024) -> LoadPlan:
+    """The starter model on the CPU with flash attention, as a model with guesses loads (skips without it)."""
     from tests.conftest import starter_model_file
 
     path = starter_model_file()
     if path is None:
         pytest.skip("the starter model is not installed")
-    plain_plan = LoadPlan(
-        model_path=str(path), n_ctx=1024, n_gpu_layers=0, n_layers=30, flash_attn=True, n_threads=2
+    return LoadPlan(
+        model_path=str(path), n_ctx=n_ctx, n_gpu_layers=0, n_layers=30, flash_attn=True, n_threads=2
     )
-    # Both decode with the kernels a model with guesses gets (the last load sets them for the process):
-    # the replies compared are token-by-token decoding's and speculative decoding's, with the same kernels.
-    plain, lookup = Loaded(plain_plan), Loaded(replace(plain_plan, draft_tokens=12))
-    yield plain, lookup
-    for side in (plain, lookup):
-        side.runner.close()
-    os.environ.pop(BATCH_INVARIANT_ENV, None)
+
+
+@contextmanager
+def plain_and_guessing(guessing: LoadPlan) -> Iterator[tuple[Loaded, Loaded]]:
+    """The plan loaded twice, without guesses and with them. Both decode with the kernels a model with
+    guesses gets (the last load sets them for the process): the replies compared are token-by-token
+    decoding's and speculative decoding's, with the same kernels."""
+    plain, guesses = Loaded(replace(guessing, draft_tokens=0, draft_model_path=None)), Loaded(guessing)
+    try:
+        yield plain, guesses
+    finally:
+        for side in (plain, guesses):
+            side.runner.close()
+        os.environ.pop(BATCH_INVARIANT_ENV, None)
+
+
+@pytest.fixture(scope="module")
+def runners() -> Iterator[tuple[Loaded, Loaded]]:
+    with plain_and_guessing(replace(starter_plan(), draft_tokens=12)) as pair:
+        yield pair
 
 
 def batched_logits_are_exact(side: Loaded, prompt: str = EDIT) -> bool:
