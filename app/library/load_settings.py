@@ -355,18 +355,21 @@ def plan_model_load(
 
 @dataclass(frozen=True)
 class DraftFile:
-    """A draft model's file and header, as plan_model_load counts it."""
+    """A draft model's file and header, as plan_model_load counts it. No header: the file cannot be read
+    now (gone, say); the runner then says why it is not used, and nothing is counted for it."""
 
     path: str
-    header: GGUFHeader
+    header: GGUFHeader | None
 
     @property
     def n_layers(self) -> int:
-        return self.header.block_count or 0
+        return (self.header.block_count or 0) if self.header is not None else 0
 
     def memory_bytes(self, context_length: int) -> int:
         """Its weights, KV cache and compute buffers with a context of `context_length` (one sequence: it
         guesses only for a reply that has the runner to itself)."""
+        if self.header is None:
+            return 0
         predicted = predict_memory(
             self.header, context=context_length, n_gpu_layers=0, flash_attn=True, n_ubatch=DEFAULT_UBATCH
         )

@@ -227,16 +227,21 @@ def _installed_header(model: InstalledModel) -> GGUFHeader:
 
 
 def _draft_file(library: ModelLibrary, name: str | None) -> DraftFile | None:
-    """The draft model `name` names, or None when there is none by that name any more, or its file cannot
-    be read: the model then loads without it (the plan's reason says so)."""
+    """The draft model `name` names, or None when the library has none by that name any more: the model
+    then loads without it (the plan's reason says so). A file that cannot be read is the runner's to
+    report, as it loads."""
     if name is None:
         return None
     try:
         draft = library.get(name)
-        return DraftFile(str(draft.path), _installed_header(draft))
     except HearthError as exc:
         log.info("draft model %s not used: %s", name, exc)
         return None
+    try:
+        return DraftFile(str(draft.path), _installed_header(draft))
+    except HearthError as exc:
+        log.info("draft model %s cannot be read: %s", name, exc)
+        return DraftFile(str(draft.path), None)
 
 
 def remove_installed(library: ModelLibrary, name: str) -> tuple[InstalledModel, bool]:

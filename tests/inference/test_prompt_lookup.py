@@ -3,6 +3,7 @@ starter model, against the same runner decoding plainly."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -43,10 +44,15 @@ LONG_EDIT = "Copy this code exactly, but rename total_price to order_total:\n\n"
 )
 
 
-def costs(one_token_s: float, per_guessed_token_s: float) -> _GuessCosts:
+def costs(one_token_s: float, per_guessed_token_s: float, per_drafted_token_s: float = 0.0005) -> _GuessCosts:
     """Decode costs as the runner would have measured them: what guess lengths pay is decided by them, so
-    the tests fix them rather than depend on how fast this machine is right now."""
-    return _GuessCosts([one_token_s] * TIMED_DECODES, [per_guessed_token_s] * TIMED_DECODES)
+    the tests fix them rather than depend on how fast this machine is right now. A draft model's step is
+    cheap by default, as a real draft's is beside its model (the tests' draft is the model itself)."""
+    return _GuessCosts(
+        [one_token_s] * TIMED_DECODES,
+        [per_guessed_token_s] * TIMED_DECODES,
+        [per_drafted_token_s] * TIMED_DECODES,
+    )
 
 
 # A GPU's: a batch of a dozen costs little more than one token. A small model on two CPU cores: each
@@ -119,7 +125,19 @@ class Loaded:
 
     def pay_for_guesses(self, guess_costs: _GuessCosts) -> None:
         assert self.runner._model is not None
-        self.runner._model.guess_costs = guess_costs
+        # A copy: the runner adds to lists that are not full yet, and the costs are shared between tests.
+        self.runner._model.guess_costs = copy.deepcopy(guess_costs)
+
+    def forget(self) -> None:
+        """An empty cache: the next prompt is read whole. Replies compared between two runners must have
+        read their prompts in the same pieces (a prompt read in other batches holds other bits)."""
+        import llama_cpp
+
+        model = self.runner._model
+        assert model is not None
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(model.llm.ctx), True)
+        for slot in model.slots:
+            slot.emptied()
 
     def cache_agrees(self) -> bool:
         """What the runner records as cached is exactly what llama.cpp's memory holds."""
@@ -163,9 +181,12 @@ def runners() -> Iterator[tuple[Loaded, Loaded]]:
         yield pair
 
 
-def batched_logits_are_exact(side: Loaded, prompt: str = EDIT) -> bool:
+def batched_logits_are_exact(pair: tuple[Loaded, Loaded], prompt: str = EDIT) -> bool:
     """Whether this machine's kernels give a batch of the prompt's last tokens, at its depth, the logits
-    each gets decoded alone: what an identical reply rests on."""
+    each gets decoded alone: what an identical reply rests on. Checked on the guessing side of the pair;
+    both sides' caches are emptied, so that the replies compared next read their prompts alike."""
+    plain, side = pair
+    plain.forget()
     import ctypes
 
     import llama_cpp
@@ -178,8 +199,7 @@ def batched_logits_are_exact(side: Loaded, prompt: str = EDIT) -> bool:
     size = model.llm.n_vocab() * ctypes.sizeof(ctypes.c_float)
     batch = llama_cpp.llama_batch_init(8, 0, 1)
     try:
-        llama_cpp.llama_memory_clear(memory, True)
-        model.slots[0].emptied()
+        side.forget()
         start = _decode_at(ctx, tokens[:-8], 0, model.plan.n_batch)
         alone = []
         for i, token in enumerate(tokens[-8:]):
@@ -190,8 +210,7 @@ def batched_logits_are_exact(side: Loaded, prompt: str = EDIT) -> bool:
         together = [ctypes.string_at(llama_cpp.llama_get_logits_ith(ctx, i), size) for i in range(8)]
     finally:
         llama_cpp.llama_batch_free(batch)
-        llama_cpp.llama_memory_clear(memory, True)
-        model.slots[0].emptied()
+        side.forget()
     return alone == together
 
 
@@ -205,7 +224,7 @@ def test_a_reply_with_prompt_lookup_is_the_plain_reply_in_fewer_steps(
     """Each token is still sampled from its own position's logits, in order, with the same sampler: the
     guesses only decide which positions are decoded together. At temperature 0 and with a seed alike."""
     plain, lookup = runners
-    if not batched_logits_are_exact(lookup):
+    if not batched_logits_are_exact(runners):
         pytest.skip("this machine's kernels round a batch differently from single tokens at this depth")
     lookup.pay_for_guesses(CHEAP_GUESSES)
     messages = (ChatMessage("user", EDIT),)
@@ -227,13 +246,17 @@ def test_a_reply_cut_during_a_guess_leaves_the_cache_as_the_runner_records_it(
     """A stop string or the token budget met inside a guess: the positions guessed past it are dropped, so
     the next turn reuses exactly the prefix the cache holds and replies as a plain runner does."""
     plain, lookup = runners
-    exact = batched_logits_are_exact(lookup)
+    exact = batched_logits_are_exact(runners)
     lookup.pay_for_guesses(CHEAP_GUESSES)
     first = (ChatMessage("user", EDIT),)
-    _, stats = lookup.reply(first, GREEDY, extra_stop=("villages",))
+    turns = [(first, replace(GREEDY), ("villages",)), (first, replace(GREEDY, max_tokens=30), ())]
+    # The plain side takes the same turns: its cache then holds what the guessing side's does.
+    for messages, sampling, stops in turns:
+        plain.reply(messages, sampling, extra_stop=stops)
+    _, stats = lookup.reply(*turns[0][:2], extra_stop=turns[0][2])
     assert stats.stop_reason is StopReason.STOP_STRING and stats.drafted_tokens > 0
     assert lookup.cache_agrees()
-    cut, cut_stats = lookup.reply(first, replace(GREEDY, max_tokens=30))
+    cut, cut_stats = lookup.reply(*turns[1][:2])
     assert cut_stats.stop_reason is StopReason.MAX_TOKENS and cut_stats.completion_tokens == 30
     assert cut_stats.drafted_tokens > 0 and lookup.cache_agrees()
 
@@ -284,7 +307,7 @@ def test_a_reply_held_to_a_json_schema_is_guessed_too_and_stays_the_plain_reply(
     """The grammar sees only the tokens sampled, position by position, as in plain decoding: guesses it
     refuses are simply not kept."""
     plain, lookup = runners
-    if not batched_logits_are_exact(lookup):
+    if not batched_logits_are_exact(runners):
         pytest.skip("this machine's kernels round a batch differently from single tokens at this depth")
     lookup.pay_for_guesses(CHEAP_GUESSES)
     schema = {"type": "object", "properties": {"paragraph": {"type": "string"}}, "required": ["paragraph"]}
@@ -307,7 +330,7 @@ def test_past_256_positions_a_reply_with_prompt_lookup_is_still_the_plain_reply(
     lookup.pay_for_guesses(CHEAP_GUESSES)
     messages = (ChatMessage("user", LONG_EDIT),)
     assert (lookup.reply(messages, GREEDY)[1].prompt_tokens or 0) > 256
-    if not batched_logits_are_exact(lookup, LONG_EDIT):
+    if not batched_logits_are_exact(runners, LONG_EDIT):
         pytest.skip("this machine's matrix kernels round a batch differently from single tokens")
     long_greedy = replace(GREEDY, max_tokens=200)
     expected, _ = plain.reply(messages, long_greedy)

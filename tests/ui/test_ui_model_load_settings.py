@@ -156,13 +156,14 @@ def test_more_gpu_layers_or_threads_than_there_are_is_a_problem(
 
 
 def test_a_draft_model_is_chosen_from_the_library_and_one_that_cannot_guess_is_not_saved(
-    qtbot: QtBot, gui: GuiSessions, hermetic_home: Path, starter_model: Path
+    qtbot: QtBot, gui: GuiSessions, hermetic_home: Path, starter_model: Path, variants: dict[str, Path]
 ) -> None:
-    """The draft list holds the other installed models, smallest first; a copy of the starter guesses for
-    it, and the plan says so; with prompt lookup on too, the window says one of them must go."""
+    """The draft list holds the other installed models, smallest first; the starter's weights as Q8_0 (one
+    vocabulary) guess for it, and the plan says so; with prompt lookup on too, the window says one of them
+    must go."""
     session = gui.open(HearthPaths(hermetic_home), preload_model=False)
     name = starter(session, starter_model)
-    copy = session.services.library.import_file(starter_model, name="draft-copy")
+    copy = session.services.library.import_file(variants["Q8_0"], name="draft-copy")
     panel = open_library(qtbot, session)
     dialog = open_settings(qtbot, panel, name)
     qtbot.waitUntil(lambda: dialog.draftCombo.count() == 2, timeout=WAIT_MS)

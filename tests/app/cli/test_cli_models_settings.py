@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -99,21 +100,17 @@ def test_impossible_settings_are_refused_with_the_reason() -> None:
 
 
 @pytest.mark.usefixtures("starter_model")
-def test_a_draft_model_is_set_by_name_and_shown_in_the_plan() -> None:
-    """A copy of the starter under another name shares its vocabulary; the starter itself and a name the
-    library does not hold are refused, saying why."""
-    from tests.conftest import starter_model_file
-
-    path = starter_model_file()
-    assert path is not None
-    code, _, err = run("models", "import", str(path), "--name", "draft-copy")
+def test_a_draft_model_is_set_by_name_and_shown_in_the_plan(variants: dict[str, Path]) -> None:
+    """The starter's weights as Q8_0 share its vocabulary; the starter itself and a name the library does not
+    hold are refused, saying why."""
+    code, _, err = run("models", "import", str(variants["Q8_0"]), "--name", "smollm2-q8")
     assert code == 0, err
-    code, out, err = run("models", "set", STARTER_NAME, "draft_model=draft-copy")
+    code, out, err = run("models", "set", STARTER_NAME, "draft_model=smollm2-q8")
     assert (code, err) == (0, ""), err
-    assert f"{STARTER_NAME}: draft_model=draft-copy" in out and "guessing up to 8 tokens" in out
+    assert f"{STARTER_NAME}: draft_model=smollm2-q8" in out and "guessing up to 8 tokens" in out
     plan = shown()["plan"]
     assert plan["draft_tokens"] == 8 and str(plan["draft_model_path"]).endswith(".gguf")
-    assert plan["flash_attn"] is True and plan["predicted_bytes"]["draft"] > 50 * 1024 * 1024
+    assert plan["flash_attn"] is True and plan["predicted_bytes"]["draft"] > 100 * 1024 * 1024
 
     code, _, err = run("models", "set", STARTER_NAME, "draft_model=" + STARTER_NAME)
     assert code == 3 and "cannot be its own draft model" in err
@@ -121,10 +118,10 @@ def test_a_draft_model_is_set_by_name_and_shown_in_the_plan() -> None:
     assert code == 3 and "No installed model is named 'nope'" in err
     code, _, err = run("models", "set", STARTER_NAME, "prompt_lookup=on")
     assert code == 3 and "prompt_lookup and draft_model both guess the next tokens" in err
-    assert shown()["load_settings"]["draft_model"] == "draft-copy"  # nothing else was stored
+    assert shown()["load_settings"]["draft_model"] == "smollm2-q8"  # nothing else was stored
 
     # Forgetting the draft leaves the setting, which the plan then says it cannot use.
-    assert run("models", "remove", "draft-copy")[0] == 0
+    assert run("models", "remove", "smollm2-q8")[0] == 0
     plan = shown()["plan"]
     assert plan["draft_tokens"] == 0 and plan["draft_model_path"] is None
-    assert "draft model draft-copy not in the library, not used" in plan["reason"]
+    assert "draft model smollm2-q8 not in the library, not used" in plan["reason"]
