@@ -9,9 +9,10 @@ agrees with the target nearly always, so this measures what guessing costs and s
 with close to the best agreement a real pair (a 0.5B beside a 7B of one family) would reach; a real pair's
 draft is also far cheaper beside its target than a quarter.
 
-Three sides run the runner's own code (inference.runner.Runner) on the F16 target with one load plan
-(context, threads, flash attention on): plain, with the Q4_1 draft (LoadPlan.draft_model_path), and with
-prompt lookup. Tasks: the issue's code edit, a paragraph given back with a typo fixed, and a story, which
+Four sides run the runner's own code (inference.runner.Runner) on the F16 target with one load plan
+(context, threads, flash attention on): plain; with the Q4_1 draft (LoadPlan.draft_model_path), guessing
+as long as its measured costs say guesses pay; with the same draft guessing at every step (its costs fixed
+as a GPU's would be: what a draft gives where a batch costs what one token does); and with prompt lookup. Tasks: the issue's code edit, a paragraph given back with a typo fixed, and a story, which
 repeats nothing of its prompt (prompt lookup has nothing to guess from). Temperature 0; each side is warmed
 up first; the order rotates between rounds. Speed is the runner's decode rate (tokens after the first over
 the time after it); speedups are per task and round, then the median. Whether each reply is identical to
@@ -44,6 +45,7 @@ from bench.speculative import (
     first_difference,
     starter_model,
 )
+from inference.decoding import TIMED_DECODES, _GuessCosts
 from inference.ggml_backends import load_backends
 from inference.llama_memory import LlamaLog
 
@@ -56,7 +58,9 @@ BENCH_TASKS = {
     "story": "Write a short story, about ten sentences, about a lighthouse keeper who finds a message in a "
     "bottle.",
 }
-SIDES = ("plain", "draft", "lookup")
+SIDES = ("plain", "draft", "every", "lookup")
+GUESSING = SIDES[1:]
+LABELS = {"draft": "draft model", "every": "draft model, every guess", "lookup": "prompt lookup"}
 BENCH_SAMPLING = replace(SAMPLING, max_tokens=240)
 
 
@@ -92,8 +96,14 @@ def main() -> None:
         sides = {
             "plain": Side(target, args.threads, 0, sampling=BENCH_SAMPLING),
             "draft": Side(target, args.threads, DRAFT_MODEL_TOKENS, draft, sampling=BENCH_SAMPLING),
+            "every": Side(target, args.threads, DRAFT_MODEL_TOKENS, draft, sampling=BENCH_SAMPLING),
             "lookup": Side(target, args.threads, DRAFT_TOKENS, sampling=BENCH_SAMPLING),
         }
+        # What the draft gives where guessing is free: the runner's costs fixed as a GPU's would be, so it
+        # guesses at every step instead of stopping where guesses do not pay on this CPU.
+        sides["every"].fix_guess_costs(
+            _GuessCosts([1.0] * TIMED_DECODES, [0.0] * TIMED_DECODES, [0.0] * TIMED_DECODES)
+        )
         for side in sides.values():
             side.reply(BENCH_TASKS["code"])
         rounds = [_round(sides, round_no) for round_no in range(1, args.rounds + 1)]
@@ -112,9 +122,9 @@ def main() -> None:
                 task: statistics.median(r[f"{side}_speedup"] for r in rows if r["task"] == task)
                 for task in BENCH_TASKS
             }
-            for side in ("draft", "lookup")
+            for side in GUESSING
         },
-        "all_identical": all(r["draft_identical"] and r["lookup_identical"] for r in rows),
+        "all_identical": all(r[f"{side}_identical"] for r in rows for side in GUESSING),
     }
     print(render_table(data))
     if not args.no_publish:
@@ -124,7 +134,7 @@ def main() -> None:
 def _round(sides: Mapping[str, Side], round_no: int) -> list[dict[str, Any]]:
     rows = []
     # Rotating which side goes first cancels slow drifts of the machine's speed between them.
-    order = SIDES[round_no % 3 :] + SIDES[: round_no % 3]
+    order = SIDES[round_no % len(SIDES) :] + SIDES[: round_no % len(SIDES)]
     for task, prompt in BENCH_TASKS.items():
         replies: dict[str, Reply] = {name: sides[name].reply(prompt) for name in order}
         plain = replies["plain"]
@@ -135,7 +145,7 @@ def _round(sides: Mapping[str, Side], round_no: int) -> list[dict[str, Any]]:
             "tokens": plain.stats.completion_tokens,
             "plain_tok_s": plain.stats.tokens_per_second,
         }
-        for name in ("draft", "lookup"):
+        for name in GUESSING:
             reply = replies[name]
             row |= {
                 f"{name}_tok_s": reply.stats.tokens_per_second,
@@ -146,9 +156,12 @@ def _round(sides: Mapping[str, Side], round_no: int) -> list[dict[str, Any]]:
                 f"{name}_first_difference": first_difference(plain.text, reply.text),
             }
         print(
-            f"round {round_no} {task}: plain {row['plain_tok_s']:.1f} · draft {row['draft_tok_s']:.1f} "
-            f"(×{row['draft_speedup']:.2f}, kept {row['draft_accepted']}/{row['draft_drafted']}) · lookup "
-            f"{row['lookup_tok_s']:.1f} (×{row['lookup_speedup']:.2f}) tok/s"
+            f"round {round_no} {task}: plain {row['plain_tok_s']:.1f} tok/s · "
+            + " · ".join(
+                f"{name} {row[f'{name}_tok_s']:.1f} (×{row[f'{name}_speedup']:.2f}, kept "
+                f"{row[f'{name}_accepted']}/{row[f'{name}_drafted']}, {_same(row, name)})"
+                for name in GUESSING
+            )
         )
         rows.append(row)
     return rows
@@ -159,26 +172,26 @@ def _same(row: Mapping[str, Any], side: str) -> str:
 
 
 def render_table(data: Mapping[str, Any]) -> str:
-    lines = [
-        "| round (first) | task | reply tokens | plain tok/s | draft model tok/s | speedup "
-        "| guessed tokens kept | same reply | prompt lookup tok/s | speedup | same reply |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = "| round (first) | task | reply tokens | plain tok/s |"
+    for side in GUESSING:
+        header += f" {LABELS[side]}: tok/s | speedup | guessed tokens kept | same reply |"
+    lines = [header, "|---" * (4 + 4 * len(GUESSING)) + "|"]
     for r in data["rows"]:
-        lines.append(
-            f"| {r['round']} ({r['first']}) | {r['task']} | {r['tokens']} | {r['plain_tok_s']:.1f} "
-            f"| {r['draft_tok_s']:.1f} | ×{r['draft_speedup']:.2f} "
-            f"| {r['draft_accepted']} of {r['draft_drafted']} | {_same(r, 'draft')} "
-            f"| {r['lookup_tok_s']:.1f} | ×{r['lookup_speedup']:.2f} | {_same(r, 'lookup')} |"
-        )
+        line = f"| {r['round']} ({r['first']}) | {r['task']} | {r['tokens']} | {r['plain_tok_s']:.1f} |"
+        for side in GUESSING:
+            line += (
+                f" {r[f'{side}_tok_s']:.1f} | ×{r[f'{side}_speedup']:.2f} "
+                f"| {r[f'{side}_accepted']} of {r[f'{side}_drafted']} | {_same(r, side)} |"
+            )
+        lines.append(line)
     medians = {
         side: ", ".join(f"{task} ×{value:.2f}" for task, value in data["median_speedup"][side].items())
-        for side in ("draft", "lookup")
+        for side in GUESSING
     }
     identical = (
         "every reply was identical to plain decoding's"
         if data["all_identical"]
-        else "some replies differed from plain decoding's (batched kernels round differently)"
+        else "some replies differed from plain decoding's"
     )
     threads = data["threads"]
     return "\n".join(
@@ -188,9 +201,11 @@ def render_table(data: Mapping[str, Any]) -> str:
             f"Target {data['target']} (the starter's weights written as F16), draft {data['draft']}; "
             f"CPU, {threads} thread{'s' if threads != 1 else ''}, context {data['n_ctx']:,}, flash attention "
             f"on, draft guesses of up to {data['draft_tokens']} tokens, prompt lookup up to "
-            f"{data['lookup_tokens']}, greedy, at most {data['max_tokens']} tokens per reply. Median "
-            f"speedup with the draft model: {medians['draft']}; with prompt lookup: {medians['lookup']}; "
-            f"{identical}.",
+            f'{data["lookup_tokens"]}, greedy, at most {data["max_tokens"]} tokens per reply. "Every '
+            "guess\": the runner's guess costs fixed as if a batch cost what one token does, so the draft "
+            "guesses at every step. Median speedups: "
+            + "; ".join(f"{LABELS[side]} {medians[side]}" for side in GUESSING)
+            + f"; {identical}.",
         ]
     )
 

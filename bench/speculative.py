@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import results
+from inference.decoding import _GuessCosts
 from inference.protocol import (
     ChatMessage,
     Failed,
@@ -130,6 +131,12 @@ class Side:
         notes = [m.draft_note for m in self._sent if isinstance(m, Loaded) and m.draft_note]
         if notes:
             sys.exit(notes[0])
+
+    def fix_guess_costs(self, costs: _GuessCosts) -> None:
+        """Decode costs as if measured: guess lengths follow them instead of this machine's."""
+        model = self._runner._model
+        assert model is not None
+        model.guess_costs = costs
 
     def reply(self, prompt: str) -> Reply:
         # Each side decodes with the kernels its load chose (the runner sets them per load, for the whole

@@ -15,15 +15,12 @@ this runner does not use, and its only implementation is prompt lookup.
 from __future__ import annotations
 
 import ctypes
-import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
-
-log = logging.getLogger("hearth.runner")
 
 # llama.cpp's common_speculative_are_compatible: vocabularies may differ in size by this many tokens (a few
 # added special tokens), and must agree on every token's text from this id on (the first few ids are
