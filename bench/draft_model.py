@@ -4,16 +4,17 @@
 
 No two GGUF models of one vocabulary and different sizes can be had offline, so the pair is made here: the
 target is the starter model (SmolLM2-135M-Instruct Q4_1) written out by llama.cpp's quantizer as F16 — the
-same weights, 3.5 times the bytes to read per token — and the draft is the Q4_1 file itself. The draft
+same weights, about three times the bytes to read per token — and the draft is the Q4_1 file itself. The draft
 agrees with the target nearly always, so this measures what guessing costs and saves in the runner's loop
 with close to the best agreement a real pair (a 0.5B beside a 7B of one family) would reach; a real pair's
-draft is also far cheaper beside its target than a quarter.
+draft is also far cheaper beside its target than this one is.
 
 Four sides run the runner's own code (inference.runner.Runner) on the F16 target with one load plan
 (context, threads, flash attention on): plain; with the Q4_1 draft (LoadPlan.draft_model_path), guessing
 as long as its measured costs say guesses pay; with the same draft guessing at every step (its costs fixed
-as a GPU's would be: what a draft gives where a batch costs what one token does); and with prompt lookup. Tasks: the issue's code edit, a paragraph given back with a typo fixed, and a story, which
-repeats nothing of its prompt (prompt lookup has nothing to guess from). Temperature 0; each side is warmed
+as a GPU's would be: what a draft gives where a batch costs what one token does); and with prompt lookup.
+Tasks: the issue's code edit, a paragraph given back with a typo fixed, and a story, which repeats nothing
+of its prompt (prompt lookup has nothing to guess from). Temperature 0; each side is warmed
 up first; the order rotates between rounds. Speed is the runner's decode rate (tokens after the first over
 the time after it); speedups are per task and round, then the median. Whether each reply is identical to
 plain decoding's is checked in every round.
