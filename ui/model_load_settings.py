@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QTimer, Signal
+from PySide6.QtGui import QHideEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -259,6 +260,12 @@ class ModelLoadSettingsDialog(QDialog):
         if event.type() == QEvent.Type.LanguageChange:
             self.retranslate()
         super().changeEvent(event)
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        # A plan asked for just before Save or Close is not wanted any more, and the window may be closing
+        # with the app, whose background workers are gone by the time the timer fires.
+        self._plan_timer.stop()
+        super().hideEvent(event)
 
     # -- the model and its settings -------------------------------------------------------------
 
