@@ -393,7 +393,7 @@ def profile_model(header: GGUFHeader) -> ModelProfile:
         token_embd_bytes=token_embd_bytes,
         tied_output=tied,
         n_embd=n_embd,
-        n_vocab=n_vocab or _vocab_size(header),
+        n_vocab=n_vocab or vocab_size(header),
         n_ff=max(_per_layer(header.metadata.get(f"{arch}.feed_forward_length"), 1, default=4 * n_embd)),
         n_head=n_head,
         kv_heads=kv_heads,
@@ -1003,7 +1003,8 @@ def _per_layer(value: object, n_layers: int, *, default: int) -> tuple[int, ...]
     return (default,) * max(n_layers, 1)
 
 
-def _vocab_size(header: GGUFHeader) -> int:
+def vocab_size(header: GGUFHeader) -> int:
+    """How many tokens the model's vocabulary has, from its header; 0 when the header does not say."""
     tokens = header.metadata.get("tokenizer.ggml.tokens")
     if isinstance(tokens, ArraySummary):
         return tokens.length

@@ -38,6 +38,7 @@ from app.library.load_settings import (
     ModelLoadSettings,
     load_settings_problems,
     parse_value,
+    predicted_total_bytes,
     with_values,
 )
 from app.library.model_ops import installed_load_plan
@@ -62,10 +63,6 @@ MAY_NOT_FIT = "may not fit"
 def _tooltip(text: str) -> str:
     # Qt treats a tooltip that looks like HTML as rich text; this one is always escaped rich text.
     return f"<p>{html.escape(text)}</p>" if text else ""
-
-
-def _predicted_total(plan: LoadPlan) -> int:
-    return sum(plan.predicted_bytes.get(key, 0) for key in ("weights", "kv", "compute", "draft"))
 
 
 class ModelLoadSettingsDialog(QDialog):
@@ -498,7 +495,7 @@ class ModelLoadSettingsDialog(QDialog):
                 kv=plan.kv_type,
                 flash=flash,
                 threads=plan.n_threads,
-                total=format_bytes(_predicted_total(plan)),
+                total=format_bytes(predicted_total_bytes(plan)),
                 kv_bytes=format_bytes(plan.predicted_bytes.get("kv", 0)),
                 fit=self.tr("fits") if fits else self.tr("may not fit"),
             )

@@ -21,6 +21,7 @@ from app.library.load_settings import (
     format_value,
     load_settings_problems,
     parse_value,
+    predicted_total_bytes,
     with_values,
 )
 from inference.hardware import HardwareReport, probe_hardware
@@ -132,10 +133,6 @@ def _plan(core: Core, model: InstalledModel, hardware: HardwareReport) -> LoadPl
     return installed_load_plan(model, model.load_settings, core.settings, hardware, library=core.library)
 
 
-def _predicted_total(plan: LoadPlan) -> int:
-    return sum(plan.predicted_bytes.get(key, 0) for key in ("weights", "kv", "compute", "draft"))
-
-
 def _plan_json(plan: LoadPlan) -> dict[str, Any]:
     return {
         "n_ctx": plan.n_ctx,
@@ -150,7 +147,7 @@ def _plan_json(plan: LoadPlan) -> dict[str, Any]:
         "draft_tokens": plan.draft_tokens,
         "draft_model_path": plan.draft_model_path,
         "predicted_bytes": plan.predicted_bytes,
-        "predicted_total_bytes": _predicted_total(plan),
+        "predicted_total_bytes": predicted_total_bytes(plan),
         "reason": plan.reason,
     }
 
@@ -160,7 +157,7 @@ def _plan_line(plan: LoadPlan) -> str:
     layers = f"{min(plan.n_gpu_layers, plan.n_layers)}/{plan.n_layers} layers on the GPU"
     return (
         f"{plan.n_ctx:,}-token context, {layers}, KV cache {plan.kv_type}, flash attention {flash}, "
-        f"{plan.n_threads} threads, predicted {_predicted_total(plan) / (1 << 20):,.0f} MiB"
+        f"{plan.n_threads} threads, predicted {predicted_total_bytes(plan) / (1 << 20):,.0f} MiB"
         f" (KV cache {plan.predicted_bytes.get('kv', 0) / (1 << 20):,.0f} MiB)" + _guesses(plan)
     )
 

@@ -16,8 +16,8 @@ from typing import Final
 
 from app.errors import HearthError
 from inference.draft_model import VOCAB_SIZE_TOLERANCE
-from inference.estimator import DEFAULT_UBATCH, KV_CACHE_TYPES, predict_memory
-from inference.gguf import ArraySummary, GGUFHeader
+from inference.estimator import DEFAULT_UBATCH, KV_CACHE_TYPES, predict_memory, vocab_size
+from inference.gguf import GGUFHeader
 from inference.hardware import HardwareReport
 from inference.planner import plan_load
 from inference.protocol import LoadPlan
@@ -353,6 +353,12 @@ def plan_model_load(
     return replace(plan, reason=f"{plan.reason}; set for this model: {settings.describe()}")
 
 
+def predicted_total_bytes(plan: LoadPlan) -> int:
+    """What the plan predicts the load takes in all: weights, KV cache, compute buffers and a draft model's
+    share; what `hearth models show` and the load settings window report."""
+    return sum(plan.predicted_bytes.get(key, 0) for key in ("weights", "kv", "compute", "draft"))
+
+
 @dataclass(frozen=True)
 class DraftFile:
     """A draft model's file and header, as plan_model_load counts it. No header: the file cannot be read
@@ -382,16 +388,9 @@ def draft_problem(model: GGUFHeader, draft: GGUFHeader) -> str | None:
     kinds = (model.metadata.get("tokenizer.ggml.model"), draft.metadata.get("tokenizer.ggml.model"))
     if kinds[0] != kinds[1]:
         return f"its tokenizer is {kinds[1] or 'unknown'}, the model's {kinds[0] or 'unknown'}"
-    sizes = (_vocab_size(model), _vocab_size(draft))
-    if None not in sizes and abs(sizes[0] - sizes[1]) > VOCAB_SIZE_TOLERANCE:  # type: ignore[operator]
+    sizes = (vocab_size(model), vocab_size(draft))
+    if all(sizes) and abs(sizes[0] - sizes[1]) > VOCAB_SIZE_TOLERANCE:
         return f"its vocabulary has {sizes[1]:,} tokens, the model's {sizes[0]:,}"
     if (model.bos_token_id, model.eos_token_id) != (draft.bos_token_id, draft.eos_token_id):
         return "its start and end tokens differ from the model's"
     return None
-
-
-def _vocab_size(header: GGUFHeader) -> int | None:
-    tokens = header.metadata.get("tokenizer.ggml.tokens")
-    if isinstance(tokens, ArraySummary):
-        return tokens.length
-    return len(tokens) if isinstance(tokens, list) else None
