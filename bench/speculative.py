@@ -79,7 +79,7 @@ def restock(items, minimum):
 )
 TASKS = {
     "code": f"Copy this code exactly, but rename total_price to order_total:\n\n{CODE}",
-    # Past 256 positions: where ggml's single-token attention leaves the path its batches take.
+    # Past 256 positions: where llama.cpp's own single-token attention splits the cache over the threads.
     "long code": f"Copy this code exactly, but rename total_price to order_total:\n\n{LONG_CODE}",
     "paragraph": (
         "Fix the typo in this paragraph and give back the whole paragraph: The river starts high in the "

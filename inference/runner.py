@@ -62,10 +62,11 @@ PROMPT_END_CHARS = 64
 
 SHUTDOWN = "shutdown"
 # Read by Hearth's patch to ggml's CPU kernels (packaging/llama_patches/0003-batch-invariant-small-batches
-# .patch): a token decoded alone gets, to the bit, the logits it gets in a small batch. Set for a model
-# loaded with speculative decoding, whose guesses are checked in batches: its replies are then the ones
-# token-by-token decoding gives. Not set otherwise: a single token's attention splits the cache over the
-# threads past 256 positions, and a few replies decoded together share one matrix kernel, which is faster.
+# .patch): the rows of a small batch are each multiplied, and attend, as a token decoded alone does, to the
+# bit. Set for a model loaded with speculative decoding, whose guesses are checked in batches: its replies
+# are then the ones token-by-token decoding gives, with or without guesses (the patch's attention is the
+# same alone in every load). Not set otherwise: a few replies decoded together then share one matrix kernel,
+# which is faster.
 BATCH_INVARIANT_ENV = "HEARTH_BATCH_INVARIANT"
 # See _cap_address_space: how the tests run out of memory for real on a machine without a GPU.
 ADDRESS_SPACE_ENV = "HEARTH_RUNNER_ADDRESS_SPACE_MIB"

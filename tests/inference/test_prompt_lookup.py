@@ -117,11 +117,21 @@ class Loaded:
         json_schema: str | None = None,
     ) -> tuple[str, GenerationStats]:
         self.sent.clear()
+        self.use_its_kernels()
         self.runner.generate(
             GenerateRequest("t", messages, sampling, extra_stop=extra_stop, json_schema=json_schema)
         )
         [finished] = [m for m in self.sent if isinstance(m, Finished)]
         return "".join(m.text for m in self.sent if isinstance(m, TokenDelta)), finished.stats
+
+    def use_its_kernels(self) -> None:
+        """The kernels this load chose (the runner sets them for the whole process at each load, and the
+        tests hold two loads in one process): a load without guesses decodes with llama.cpp's own."""
+        assert self.runner._model is not None
+        if self.runner._model.draft_tokens:
+            os.environ[BATCH_INVARIANT_ENV] = "1"
+        else:
+            os.environ.pop(BATCH_INVARIANT_ENV, None)
 
     def pay_for_guesses(self, guess_costs: _GuessCosts) -> None:
         assert self.runner._model is not None
@@ -163,9 +173,8 @@ def starter_plan(n_ctx: int = 1024) -> LoadPlan:
 
 @contextmanager
 def plain_and_guessing(guessing: LoadPlan) -> Iterator[tuple[Loaded, Loaded]]:
-    """The plan loaded twice, without guesses and with them. Both decode with the kernels a model with
-    guesses gets (the last load sets them for the process): the replies compared are token-by-token
-    decoding's and speculative decoding's, with the same kernels."""
+    """The plan loaded twice, without guesses and with them, each replying with the kernels its load chose:
+    the replies compared are those of a model loaded without speculative decoding and with it."""
     plain, guesses = Loaded(replace(guessing, draft_tokens=0, draft_model_path=None)), Loaded(guessing)
     try:
         yield plain, guesses
@@ -200,6 +209,7 @@ def batched_logits_are_exact(pair: tuple[Loaded, Loaded], prompt: str = EDIT) ->
     batch = llama_cpp.llama_batch_init(8, 0, 1)
     try:
         side.forget()
+        side.use_its_kernels()
         start = _decode_at(ctx, tokens[:-8], 0, model.plan.n_batch)
         alone = []
         for i, token in enumerate(tokens[-8:]):
@@ -321,18 +331,50 @@ def test_a_reply_held_to_a_json_schema_is_guessed_too_and_stays_the_plain_reply(
 
 
 @pytest.mark.model
-def test_past_256_positions_a_reply_with_prompt_lookup_is_still_the_plain_reply(
+def test_past_512_positions_a_reply_with_prompt_lookup_is_still_the_plain_reply(
     runners: tuple[Loaded, Loaded],
 ) -> None:
-    """Where llama.cpp's single-token attention splits the cache over the threads, Hearth's runner keeps it
-    on the path a batch takes: the long edit is given back the same, guessed or not."""
+    """llama.cpp's own kernels split a single token's attention over the threads past 256 positions, and
+    the rows of a batch not: Hearth's patch computes both in the same fixed chunks, so the long edit is
+    given back the same by a load with prompt lookup and one without."""
     plain, lookup = runners
     lookup.pay_for_guesses(CHEAP_GUESSES)
     messages = (ChatMessage("user", LONG_EDIT),)
     assert (lookup.reply(messages, GREEDY)[1].prompt_tokens or 0) > 256
     if not batched_logits_are_exact(runners, LONG_EDIT):
         pytest.skip("this machine's matrix kernels round a batch differently from single tokens")
-    long_greedy = replace(GREEDY, max_tokens=200)
-    expected, _ = plain.reply(messages, long_greedy)
+    long_greedy = replace(GREEDY, max_tokens=320)
+    expected, plain_stats = plain.reply(messages, long_greedy)
     text, stats = lookup.reply(messages, long_greedy)
     assert text == expected and stats.accepted_draft_tokens > 0
+    assert (plain_stats.prompt_tokens or 0) + plain_stats.completion_tokens > 512
+
+
+@pytest.mark.model
+def test_deep_in_the_cache_a_token_gets_the_same_logits_on_one_thread_as_on_two() -> None:
+    """The chunks of a token's attention do not follow the thread count (llama.cpp's split does): a
+    model's replies do not change with its threads setting."""
+    import ctypes
+
+    import llama_cpp
+
+    tokens = [(i * 7919) % 40000 + 100 for i in range(700)]
+    logits = []
+    for threads in (1, 2):
+        side = Loaded(replace(starter_plan(), n_threads=threads))
+        try:
+            side.use_its_kernels()
+            model = side.runner._model
+            assert model is not None
+            ctx = model.llm.ctx
+            start = _decode_at(ctx, tokens[:-1], 0, model.plan.n_batch)
+            batch = llama_cpp.llama_batch_init(1, 0, 1)
+            try:
+                assert _decode_every(ctx, batch, tokens[-1:], start)
+            finally:
+                llama_cpp.llama_batch_free(batch)
+            size = model.llm.n_vocab() * ctypes.sizeof(ctypes.c_float)
+            logits.append(ctypes.string_at(llama_cpp.llama_get_logits_ith(ctx, 0), size))
+        finally:
+            side.runner.close()
+    assert logits[0] == logits[1]
