@@ -43,10 +43,11 @@ from bench.speculative import (
     TASKS,
     Reply,
     Side,
+    every_guess_costs,
     first_difference,
+    same_reply,
     starter_model,
 )
-from inference.decoding import TIMED_DECODES, _GuessCosts
 from inference.ggml_backends import load_backends
 from inference.llama_memory import LlamaLog
 
@@ -102,9 +103,7 @@ def main() -> None:
         }
         # What the draft gives where guessing is free: the runner's costs fixed as a GPU's would be, so it
         # guesses at every step instead of stopping where guesses do not pay on this CPU.
-        sides["every"].fix_guess_costs(
-            _GuessCosts([1.0] * TIMED_DECODES, [0.0] * TIMED_DECODES, [0.0] * TIMED_DECODES)
-        )
+        sides["every"].fix_guess_costs(every_guess_costs())
         for side in sides.values():
             side.reply(BENCH_TASKS["code"])
         rounds = [_round(sides, round_no) for round_no in range(1, args.rounds + 1)]
@@ -160,16 +159,12 @@ def _round(sides: Mapping[str, Side], round_no: int) -> list[dict[str, Any]]:
             f"round {round_no} {task}: plain {row['plain_tok_s']:.1f} tok/s · "
             + " · ".join(
                 f"{name} {row[f'{name}_tok_s']:.1f} (×{row[f'{name}_speedup']:.2f}, kept "
-                f"{row[f'{name}_accepted']}/{row[f'{name}_drafted']}, {_same(row, name)})"
+                f"{row[f'{name}_accepted']}/{row[f'{name}_drafted']}, {same_reply(row, name)})"
                 for name in GUESSING
             )
         )
         rows.append(row)
     return rows
-
-
-def _same(row: Mapping[str, Any], side: str) -> str:
-    return "yes" if row[f"{side}_identical"] else f"no, from character {row[f'{side}_first_difference']}"
 
 
 def render_table(data: Mapping[str, Any]) -> str:
@@ -182,7 +177,7 @@ def render_table(data: Mapping[str, Any]) -> str:
         for side in GUESSING:
             line += (
                 f" {r[f'{side}_tok_s']:.1f} | ×{r[f'{side}_speedup']:.2f} "
-                f"| {r[f'{side}_accepted']} of {r[f'{side}_drafted']} | {_same(r, side)} |"
+                f"| {r[f'{side}_accepted']} of {r[f'{side}_drafted']} | {same_reply(r, side)} |"
             )
         lines.append(line)
     medians = {

@@ -4,15 +4,18 @@
 
 Each task asks for text the prompt holds to be given back with a small change: the issue's code edit
 (reproduce this code with a rename), once short and once past 256 positions, and a paragraph with a typo
-to fix. Both sides are the runner's own
-code (inference.runner.Runner) on the same model file and load plan (context, threads, flash attention on,
-as a model with prompt lookup turned on loads), one with LoadPlan.draft_tokens, one without, at temperature
-0, each with the kernels its load chooses (inference.runner.BATCH_INVARIANT_ENV: the batch-invariant ones
-with guesses, llama.cpp's own without), so plain decoding is what a model without guesses gives. Each side
-is warmed up with one reply first; the order alternates between rounds. Speed is the runner's
-decode rate (tokens after the first over the time after it: prompt processing is the same on both sides);
-the speedup is per task and round, then the median. Whether the replies are identical is checked in every
-round, and where they differ, from which character.
+to fix. Three sides run the runner's own code (inference.runner.Runner) on the same model file and load plan
+(context, threads, flash attention on, as a model with prompt lookup turned on loads) at temperature 0:
+plain (no LoadPlan.draft_tokens); prompt lookup, guessing as long as its measured costs say guesses pay; and
+prompt lookup guessing whatever it finds at every step (its costs fixed as a GPU's would be), which shows
+what guessing gives where a batch costs what one token does, and checks identity with guesses decoded
+deep into the context even where guessing does not pay here. Each side decodes with the kernels its load
+chooses (inference.runner.BATCH_INVARIANT_ENV: the batch-invariant ones with guesses, llama.cpp's own
+without), so plain decoding is what a model without guesses gives. Each side is warmed up with one reply
+first; the order alternates between rounds. Speed is the runner's decode rate (tokens after the first over
+the time after it: prompt processing is the same on every side); the speedup is per task and round, then
+the median. Whether the replies are identical to plain decoding's is checked in every round, and where
+they differ, from which character.
 
 Writes docs/bench/speculative.json and the README's table (bench/results.py).
 """
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import results
-from inference.decoding import _GuessCosts
+from inference.decoding import TIMED_DECODES, _GuessCosts
 from inference.protocol import (
     ChatMessage,
     Failed,
@@ -91,6 +94,16 @@ TASKS = {
 SAMPLING = SamplingParams(temperature=0.0, max_tokens=400, seed=1)
 N_CTX = 2048
 DRAFT_TOKENS = 12  # app.library.load_settings.PROMPT_LOOKUP_TOKENS, what the app asks for
+
+
+GUESSING = ("lookup", "every")
+LABELS = {"lookup": "prompt lookup", "every": "every guess"}
+
+
+def every_guess_costs() -> _GuessCosts:
+    """Decode costs fixed as a GPU's would be (a batch costs what one token does, a draft step nothing): the
+    runner then guesses at every step instead of stopping where guesses do not pay on this CPU."""
+    return _GuessCosts([1.0] * TIMED_DECODES, [0.0] * TIMED_DECODES, [0.0] * TIMED_DECODES)
 
 
 @dataclass(frozen=True)
@@ -182,39 +195,46 @@ def main() -> None:
     args = parser.parse_args()
     session = results.begin("speculative", args)
     model = args.model or starter_model()
-    plain = Side(model, args.threads, 0)
-    lookup = Side(model, args.threads, DRAFT_TOKENS)
-    for side in (plain, lookup):
+    sides = {
+        "plain": Side(model, args.threads, 0),
+        "lookup": Side(model, args.threads, DRAFT_TOKENS),
+        "every": Side(model, args.threads, DRAFT_TOKENS),
+    }
+    sides["every"].fix_guess_costs(every_guess_costs())
+    for side in sides.values():
         side.reply(TASKS["code"])
     rounds: list[dict[str, Any]] = []
     for round_no in range(1, args.rounds + 1):
+        # Alternating the order cancels slow drifts of the machine's speed between the sides.
+        order = list(sides) if round_no % 2 else list(reversed(sides))
         for task, prompt in TASKS.items():
-            # Alternating which side goes first cancels slow drifts of the machine's speed between the two.
-            if round_no % 2:
-                base, fast = plain.reply(prompt), lookup.reply(prompt)
-            else:
-                fast, base = lookup.reply(prompt), plain.reply(prompt)
-            rounds.append(
-                {
-                    "round": round_no,
-                    "task": task,
-                    "first": "plain" if round_no % 2 else "lookup",
-                    "plain_tok_s": base.stats.tokens_per_second,
-                    "lookup_tok_s": fast.stats.tokens_per_second,
-                    "speedup": fast.stats.tokens_per_second / base.stats.tokens_per_second,
-                    "tokens": base.stats.completion_tokens,
-                    "drafted": fast.stats.drafted_tokens,
-                    "accepted": fast.stats.accepted_draft_tokens,
-                    "identical": base.text == fast.text,
-                    "first_difference": first_difference(base.text, fast.text),
+            replies = {name: sides[name].reply(prompt) for name in order}
+            base = replies["plain"]
+            row: dict[str, Any] = {
+                "round": round_no,
+                "task": task,
+                "first": order[0],
+                "plain_tok_s": base.stats.tokens_per_second,
+                "tokens": base.stats.completion_tokens,
+            }
+            for name in GUESSING:
+                fast = replies[name]
+                row |= {
+                    f"{name}_tok_s": fast.stats.tokens_per_second,
+                    f"{name}_speedup": fast.stats.tokens_per_second / base.stats.tokens_per_second,
+                    f"{name}_drafted": fast.stats.drafted_tokens,
+                    f"{name}_accepted": fast.stats.accepted_draft_tokens,
+                    f"{name}_identical": base.text == fast.text,
+                    f"{name}_first_difference": first_difference(base.text, fast.text),
                 }
-            )
-            r = rounds[-1]
+            rounds.append(row)
             print(
-                f"round {round_no} {task}: plain {r['plain_tok_s']:.1f} tok/s · "
-                f"lookup {r['lookup_tok_s']:.1f} tok/s · ×{r['speedup']:.2f} · "
-                f"kept {r['accepted']}/{r['drafted']} guessed · "
-                f"{'identical' if r['identical'] else 'differs from char ' + str(r['first_difference'])}"
+                f"round {round_no} {task}: plain {row['plain_tok_s']:.1f} tok/s · "
+                + " · ".join(
+                    f"{name} {row[f'{name}_tok_s']:.1f} tok/s ×{row[f'{name}_speedup']:.2f}, kept "
+                    f"{row[f'{name}_accepted']}/{row[f'{name}_drafted']}, {same_reply(row, name)}"
+                    for name in GUESSING
+                )
             )
     data = {
         "model": model.name,
@@ -224,32 +244,47 @@ def main() -> None:
         "max_tokens": SAMPLING.max_tokens,
         "rounds": rounds,
         "median_speedup": {
-            task: statistics.median(r["speedup"] for r in rounds if r["task"] == task) for task in TASKS
+            name: {
+                task: statistics.median(r[f"{name}_speedup"] for r in rounds if r["task"] == task)
+                for task in TASKS
+            }
+            for name in GUESSING
         },
-        "all_identical": all(r["identical"] for r in rounds),
+        "all_identical": all(r[f"{name}_identical"] for r in rounds for name in GUESSING),
     }
     print(render_table(data))
     if not args.no_publish:
         print(f"wrote {session.publish(data)}")
 
 
+def same_reply(row: Mapping[str, Any], side: str) -> str:
+    return "yes" if row[f"{side}_identical"] else f"no, from character {row[f'{side}_first_difference']}"
+
+
 def render_table(data: Mapping[str, Any]) -> str:
     rows = [
-        "| round (first) | task | reply tokens | plain tok/s | prompt lookup tok/s | speedup "
-        "| guessed tokens kept | same reply |",
-        "|---|---|---|---|---|---|---|---|",
+        "| round (first) | task | reply tokens | plain tok/s | prompt lookup tok/s (speedup) "
+        "| guessed tokens kept | same reply | every guess: tok/s (speedup) | guessed tokens kept "
+        "| same reply |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["rounds"]:
-        same = "yes" if r["identical"] else f"no, from character {r['first_difference']}"
-        rows.append(
-            f"| {r['round']} ({r['first']}) | {r['task']} | {r['tokens']} | {r['plain_tok_s']:.1f} "
-            f"| {r['lookup_tok_s']:.1f} | ×{r['speedup']:.2f} | {r['accepted']} of {r['drafted']} | {same} |"
-        )
-    medians = ", ".join(f"{task} ×{value:.2f}" for task, value in data["median_speedup"].items())
+        cells = [f"{r['round']} ({r['first']})", r["task"], str(r["tokens"]), f"{r['plain_tok_s']:.1f}"]
+        for name in GUESSING:
+            cells += [
+                f"{r[f'{name}_tok_s']:.1f} (×{r[f'{name}_speedup']:.2f})",
+                f"{r[f'{name}_accepted']} of {r[f'{name}_drafted']}",
+                same_reply(r, name),
+            ]
+        rows.append("| " + " | ".join(cells) + " |")
+    medians = "; ".join(
+        f"{LABELS[name]} " + ", ".join(f"{task} ×{value:.2f}" for task, value in speedups.items())
+        for name, speedups in data["median_speedup"].items()
+    )
     identical = (
         "every reply was identical to plain decoding's"
         if data["all_identical"]
-        else "some replies differed from plain decoding's (batched kernels round differently)"
+        else "some replies differed from plain decoding's"
     )
     threads = data["threads"]
     return "\n".join(
@@ -259,7 +294,8 @@ def render_table(data: Mapping[str, Any]) -> str:
             f"{data['model']}, CPU, {threads} thread{'s' if threads != 1 else ''}, "
             f"context {data['n_ctx']:,}, flash attention on, guesses of up to {data['draft_tokens']} tokens, "
             "greedy, at most "
-            f"{data['max_tokens']} tokens per reply. Median speedup: {medians}; {identical}.",
+            f"{data['max_tokens']} tokens per reply; every guess: prompt lookup with its costs fixed as a "
+            f"GPU's, so that it guesses at every step. Median speedups: {medians}; {identical}.",
         ]
     )
 
