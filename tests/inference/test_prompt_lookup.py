@@ -352,8 +352,9 @@ def test_past_512_positions_a_reply_with_prompt_lookup_is_still_the_plain_reply(
 
 @pytest.mark.model
 def test_deep_in_the_cache_a_token_gets_the_same_logits_on_one_thread_as_on_two() -> None:
-    """The chunks of a token's attention do not follow the thread count (llama.cpp's split does): a
-    model's replies do not change with its threads setting."""
+    """The chunks of a single token's attention do not follow the thread count (llama.cpp's split gives
+    each thread one part of the cache): a token decoded deep in the cache gets the same logits whatever
+    the model's threads setting."""
     import ctypes
 
     import llama_cpp
