@@ -41,12 +41,11 @@ from bench.speculative import (
     N_CTX,
     SAMPLING,
     TASKS,
-    Reply,
     Side,
     every_guess_costs,
-    first_difference,
     same_reply,
     starter_model,
+    task_row,
 )
 from inference.ggml_backends import load_backends
 from inference.llama_memory import LlamaLog
@@ -136,34 +135,8 @@ def _round(sides: Mapping[str, Side], round_no: int) -> list[dict[str, Any]]:
     # Rotating which side goes first cancels slow drifts of the machine's speed between them.
     order = SIDES[round_no % len(SIDES) :] + SIDES[: round_no % len(SIDES)]
     for task, prompt in BENCH_TASKS.items():
-        replies: dict[str, Reply] = {name: sides[name].reply(prompt) for name in order}
-        plain = replies["plain"]
-        row: dict[str, Any] = {
-            "round": round_no,
-            "first": order[0],
-            "task": task,
-            "tokens": plain.stats.completion_tokens,
-            "plain_tok_s": plain.stats.tokens_per_second,
-        }
-        for name in GUESSING:
-            reply = replies[name]
-            row |= {
-                f"{name}_tok_s": reply.stats.tokens_per_second,
-                f"{name}_speedup": reply.stats.tokens_per_second / plain.stats.tokens_per_second,
-                f"{name}_drafted": reply.stats.drafted_tokens,
-                f"{name}_accepted": reply.stats.accepted_draft_tokens,
-                f"{name}_identical": reply.text == plain.text,
-                f"{name}_first_difference": first_difference(plain.text, reply.text),
-            }
-        print(
-            f"round {round_no} {task}: plain {row['plain_tok_s']:.1f} tok/s · "
-            + " · ".join(
-                f"{name} {row[f'{name}_tok_s']:.1f} (×{row[f'{name}_speedup']:.2f}, kept "
-                f"{row[f'{name}_accepted']}/{row[f'{name}_drafted']}, {same_reply(row, name)})"
-                for name in GUESSING
-            )
-        )
-        rows.append(row)
+        replies = {name: sides[name].reply(prompt) for name in order}
+        rows.append(task_row(round_no, task, replies, GUESSING))
     return rows
 
 

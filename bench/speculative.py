@@ -26,7 +26,7 @@ import argparse
 import os
 import statistics
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,33 +209,7 @@ def main() -> None:
         order = list(sides) if round_no % 2 else list(reversed(sides))
         for task, prompt in TASKS.items():
             replies = {name: sides[name].reply(prompt) for name in order}
-            base = replies["plain"]
-            row: dict[str, Any] = {
-                "round": round_no,
-                "task": task,
-                "first": order[0],
-                "plain_tok_s": base.stats.tokens_per_second,
-                "tokens": base.stats.completion_tokens,
-            }
-            for name in GUESSING:
-                fast = replies[name]
-                row |= {
-                    f"{name}_tok_s": fast.stats.tokens_per_second,
-                    f"{name}_speedup": fast.stats.tokens_per_second / base.stats.tokens_per_second,
-                    f"{name}_drafted": fast.stats.drafted_tokens,
-                    f"{name}_accepted": fast.stats.accepted_draft_tokens,
-                    f"{name}_identical": base.text == fast.text,
-                    f"{name}_first_difference": first_difference(base.text, fast.text),
-                }
-            rounds.append(row)
-            print(
-                f"round {round_no} {task}: plain {row['plain_tok_s']:.1f} tok/s · "
-                + " · ".join(
-                    f"{name} {row[f'{name}_tok_s']:.1f} tok/s ×{row[f'{name}_speedup']:.2f}, kept "
-                    f"{row[f'{name}_accepted']}/{row[f'{name}_drafted']}, {same_reply(row, name)}"
-                    for name in GUESSING
-                )
-            )
+            rounds.append(task_row(round_no, task, replies, GUESSING))
     data = {
         "model": model.name,
         "threads": args.threads,
@@ -255,6 +229,40 @@ def main() -> None:
     print(render_table(data))
     if not args.no_publish:
         print(f"wrote {session.publish(data)}")
+
+
+def task_row(
+    round_no: int, task: str, replies: Mapping[str, Reply], guessing: Sequence[str]
+) -> dict[str, Any]:
+    """One task of one round: each guessing side's reply against the plain one (`replies` in the order
+    they ran), printed as it comes."""
+    base = replies["plain"]
+    row: dict[str, Any] = {
+        "round": round_no,
+        "task": task,
+        "first": next(iter(replies)),
+        "plain_tok_s": base.stats.tokens_per_second,
+        "tokens": base.stats.completion_tokens,
+    }
+    for name in guessing:
+        fast = replies[name]
+        row |= {
+            f"{name}_tok_s": fast.stats.tokens_per_second,
+            f"{name}_speedup": fast.stats.tokens_per_second / base.stats.tokens_per_second,
+            f"{name}_drafted": fast.stats.drafted_tokens,
+            f"{name}_accepted": fast.stats.accepted_draft_tokens,
+            f"{name}_identical": base.text == fast.text,
+            f"{name}_first_difference": first_difference(base.text, fast.text),
+        }
+    print(
+        f"round {round_no} {task}: plain {row['plain_tok_s']:.1f} tok/s · "
+        + " · ".join(
+            f"{name} {row[f'{name}_tok_s']:.1f} tok/s (×{row[f'{name}_speedup']:.2f}, kept "
+            f"{row[f'{name}_accepted']}/{row[f'{name}_drafted']}, {same_reply(row, name)})"
+            for name in guessing
+        )
+    )
+    return row
 
 
 def same_reply(row: Mapping[str, Any], side: str) -> str:
