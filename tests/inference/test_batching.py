@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from inference.client import RunnerClient
+from inference.decoding import _decode_every
 from inference.protocol import (
     ChatMessage,
     ErrorKind,
@@ -295,3 +296,100 @@ def test_more_replies_than_slots_wait_their_turn_in_order(starter_model: str) ->
         assert side.slots_agree_with_llama_cpp()
     finally:
         side.close()
+
+
+# --- attention in the cache the sequences share ------------------------------------------------------------
+# Every sequence's cells are in one KV cache (llama.cpp's unified cache), so a query's attention runs over the
+# other sequences' cells too, hidden from it by the mask; Hearth's patch to ggml passes over those without
+# looking at each (packaging/llama_patches/0004-fa-skip-hidden-cells.patch).
+
+PIECE = 16  # tokens per decode: a batch small enough for the path that gathers the cells a token sees
+
+
+def _cells(start: int, count: int, salt: int) -> list[int]:
+    return [(i * 7919 + salt) % 40000 + 100 for i in range(start, start + count)]
+
+
+class SharedCache:
+    """The starter model loaded as the runner loads it for several replies, driven with llama.cpp's calls."""
+
+    def __init__(self, path: str) -> None:
+        import llama_cpp
+
+        self.runner = Runner(lambda _message: None)
+        # Without guesses: batches take llama.cpp's own kernels, as several replies decoded together do.
+        self.runner.load(LoadRequest(plan_for(path, n_ctx=4096, n_parallel=3)))
+        model = self.runner._model
+        assert model is not None and not model.draft_tokens
+        self.ctx = model.llm.ctx
+        self.vocab_bytes = model.llm.n_vocab() * 4
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.batch = llama_cpp.llama_batch_init(PIECE, 0, 1)
+
+    def read(self, tokens: list[int], position: int, seq_id: int) -> None:
+        """`tokens` in pieces of PIECE, at positions from `position` of sequence `seq_id`."""
+        for start in range(0, len(tokens), PIECE):
+            self.logits(tokens[start : start + PIECE], position + start, seq_id)
+
+    def logits(self, tokens: list[int], position: int, seq_id: int) -> list[bytes]:
+        import ctypes
+
+        import llama_cpp
+
+        assert _decode_every(self.ctx, self.batch, tokens, position, seq_id)
+        return [
+            ctypes.string_at(llama_cpp.llama_get_logits_ith(self.ctx, i), self.vocab_bytes)
+            for i in range(len(tokens))
+        ]
+
+    def close(self) -> None:
+        import llama_cpp
+
+        llama_cpp.llama_batch_free(self.batch)
+        self.runner.close()
+
+
+def test_what_another_sequence_holds_never_reaches_a_replys_logits(starter_model: str) -> None:
+    # The same layout of cells twice, the other sequence's cells before and after the reply's, holding other
+    # tokens each time: the reply's logits, for a token alone (its attention split over the threads by
+    # chunks of cells) and for a batch of four, are the same to the bit.
+    prompt = _cells(0, 400, salt=0)
+    seen: list[list[bytes]] = []
+    for other_salt in (1, 2):
+        cache = SharedCache(starter_model)
+        try:
+            cache.read(_cells(0, 320, other_salt), 0, seq_id=1)
+            cache.read(prompt, 0, seq_id=0)
+            cache.read(_cells(320, 480, other_salt), 320, seq_id=1)
+            alone = cache.logits(_cells(400, 1, salt=3), 400, seq_id=0)
+            together = cache.logits(_cells(401, 4, salt=3), 401, seq_id=0)
+            seen.append(alone + together)
+        finally:
+            cache.close()
+    assert seen[0] == seen[1]
+
+
+def test_a_batch_among_other_sequences_cells_gets_the_logits_it_gets_alone_in_the_cache(
+    starter_model: str,
+) -> None:
+    # A reply's prompt read piece by piece, in turn with another sequence's pieces (its cells between the
+    # other's), then four of its tokens as one batch: the logits they get alone in the cache, to the bit.
+    # Its cells are in the same order either way, and a batch's attention goes through the cells a token
+    # sees in that order.
+    import llama_cpp
+
+    prompt = _cells(0, 12 * PIECE, salt=0)
+    seen: list[list[bytes]] = []
+    for beside_another in (False, True):
+        cache = SharedCache(starter_model)
+        try:
+            for start in range(0, len(prompt), PIECE):
+                cache.read(prompt[start : start + PIECE], start, seq_id=0)
+                if beside_another:
+                    cache.read(_cells(start, PIECE, salt=1), start, seq_id=1)
+            if beside_another:
+                assert llama_cpp.llama_memory_seq_pos_max(cache.memory, 1) == len(prompt) - 1
+            seen.append(cache.logits(_cells(len(prompt), 4, salt=3), len(prompt), seq_id=0))
+        finally:
+            cache.close()
+    assert seen[0] == seen[1]
