@@ -190,8 +190,8 @@ def runners() -> Iterator[tuple[Loaded, Loaded]]:
         yield pair
 
 
-def batched_logits_are_exact(pair: tuple[Loaded, Loaded], prompt: str = EDIT) -> bool:
-    """Whether this machine's kernels give a batch of the prompt's last tokens, at its depth, the logits
+def batched_logits_are_exact(pair: tuple[Loaded, Loaded], prompt: str = EDIT, n: int = 8) -> bool:
+    """Whether this machine's kernels give a batch of the prompt's last `n` tokens, at its depth, the logits
     each gets decoded alone: what an identical reply rests on. Checked on the guessing side of the pair;
     both sides' caches are emptied, so that the replies compared next read their prompts alike."""
     plain, side = pair
@@ -206,18 +206,18 @@ def batched_logits_are_exact(pair: tuple[Loaded, Loaded], prompt: str = EDIT) ->
     _, tokens = _prompt_tokens(model, (ChatMessage("user", prompt),))
     memory = llama_cpp.llama_get_memory(ctx)
     size = model.llm.n_vocab() * ctypes.sizeof(ctypes.c_float)
-    batch = llama_cpp.llama_batch_init(8, 0, 1)
+    batch = llama_cpp.llama_batch_init(n, 0, 1)
     try:
         side.forget()
         side.use_its_kernels()
-        start = _decode_at(ctx, tokens[:-8], 0, model.plan.n_batch)
+        start = _decode_at(ctx, tokens[:-n], 0, model.plan.n_batch)
         alone = []
-        for i, token in enumerate(tokens[-8:]):
+        for i, token in enumerate(tokens[-n:]):
             assert _decode_every(ctx, batch, [token], start + i)
             alone.append(ctypes.string_at(llama_cpp.llama_get_logits_ith(ctx, 0), size))
         llama_cpp.llama_memory_seq_rm(memory, 0, start, -1)
-        assert _decode_every(ctx, batch, tokens[-8:], start)
-        together = [ctypes.string_at(llama_cpp.llama_get_logits_ith(ctx, i), size) for i in range(8)]
+        assert _decode_every(ctx, batch, tokens[-n:], start)
+        together = [ctypes.string_at(llama_cpp.llama_get_logits_ith(ctx, i), size) for i in range(n)]
     finally:
         llama_cpp.llama_batch_free(batch)
         side.forget()
