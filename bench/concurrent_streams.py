@@ -106,6 +106,7 @@ class Stream:
     counted: str  # "usage" (the server's count) or "chunks" (chunks with text)
     finish_reason: str | None = None
     chunks: int = 0  # chunks with text (a server may send several tokens in one)
+    prompt_tokens: int | None = None  # the server's own count (`usage`): the same requests, the same prompts?
 
     @property
     def ttft_s(self) -> float | None:
@@ -141,6 +142,7 @@ def summarise(streams: Sequence[Stream]) -> dict[str, Any]:
         "stream_tok_s": rates,
         "ttft_s": ttfts,
         "finish_reasons": [s.finish_reason for s in streams],
+        "prompt_tokens": [s.prompt_tokens for s in streams],
         "counted": sorted({s.counted for s in streams}),
     }
 
@@ -170,12 +172,14 @@ def summary(rounds: Sequence[Mapping[str, Any]], servers: Sequence[str]) -> dict
             base = by_mode["sequential"]["aggregate_tok_s"]
             ratios.append(by_mode["concurrent"]["aggregate_tok_s"] / base if base else 0.0)
         tokens = [t for r in mine for t in r["tokens"]]
+        prompts = [t for r in mine for t in r.get("prompt_tokens", []) if t is not None]
         out[server] = {
             **per_mode,
             "ratios": ratios,
             "ratio": _median(ratios),
             "min_tokens": min(tokens) if tokens else 0,
             "max_tokens": max(tokens) if tokens else 0,
+            "prompt_tokens": [min(prompts), max(prompts)] if prompts else None,
         }
     return out
 
@@ -225,6 +229,7 @@ def stream_chat(client: httpx2.Client, server: Server, prompt: str, max_tokens: 
     last: float | None = None
     chunks = 0
     usage: int | None = None
+    prompt_tokens: int | None = None
     finish: str | None = None
     sent = time.perf_counter()
     with client.stream("POST", f"{server.root}/v1/chat/completions", json=body, headers=headers) as response:
@@ -240,6 +245,7 @@ def stream_chat(client: httpx2.Client, server: Server, prompt: str, max_tokens: 
             event = json.loads(data)
             if event.get("usage"):
                 usage = event["usage"].get("completion_tokens")
+                prompt_tokens = event["usage"].get("prompt_tokens")
             for choice in event.get("choices") or []:
                 if (choice.get("delta") or {}).get("content"):
                     now = time.perf_counter()
@@ -250,8 +256,8 @@ def stream_chat(client: httpx2.Client, server: Server, prompt: str, max_tokens: 
                 finish = choice.get("finish_reason") or finish
     ended = time.perf_counter()
     if usage is not None:
-        return Stream(sent, first, last, ended, usage, "usage", finish, chunks)
-    return Stream(sent, first, last, ended, chunks, "chunks", finish, chunks)
+        return Stream(sent, first, last, ended, usage, "usage", finish, chunks, prompt_tokens)
+    return Stream(sent, first, last, ended, chunks, "chunks", finish, chunks, prompt_tokens)
 
 
 def _client() -> httpx2.Client:
@@ -821,6 +827,21 @@ def render_table(data: Mapping[str, Any]) -> str:
         f"(per round: {per_round}). "
         f"Target ≥ ×{data['target']:.0f} for Hearth: {verdict}.",
     ]
+    prompts = {
+        _server_label(server).split(" (")[0]: data["summary"][server["name"]].get("prompt_tokens")
+        for server in data["servers"]
+    }
+    counted = {name: span for name, span in prompts.items() if span}
+    if counted:
+        spans = {name: f"{low}–{high}" if low != high else f"{low}" for name, (low, high) in counted.items()}
+        if len(set(spans.values())) == 1 and len(counted) == len(prompts):
+            lines[-1] += f" Each request's prompt: {next(iter(spans.values()))} tokens on every server."
+        else:
+            lines[-1] += (
+                " Prompt tokens, as each server counts them: "
+                + "; ".join(f"{name} {span}" for name, span in spans.items())
+                + "."
+            )
     ceiling = data.get("ceiling")
     if ceiling:
         lines += [

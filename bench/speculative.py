@@ -9,11 +9,11 @@ to fix. Three sides run the runner's own code (inference.runner.Runner) on the s
 plain (no LoadPlan.draft_tokens); prompt lookup, guessing as long as its measured costs say guesses pay; and
 prompt lookup guessing whatever it finds at every step (its costs fixed as a GPU's would be), which shows
 what guessing gives where a batch costs what one token does, and checks identity with guesses decoded
-deep into the context even where guessing does not pay here. Each side decodes with the kernels its load
-chooses (inference.runner.BATCH_INVARIANT_ENV: the batch-invariant ones with guesses, llama.cpp's own
-without), so plain decoding is what a model without guesses gives. Each side is warmed up with one reply
-first; the order alternates between rounds. Speed is the runner's decode rate (tokens after the first over
-the time after it: prompt processing is the same on every side); the speedup is per task and round, then
+deep into the context even where guessing does not pay here. The runner decodes the batches that check
+guesses with the batch-invariant kernels (inference.decoding.rows_alone) and the rest with llama.cpp's own,
+so plain decoding is what a model without guesses gives. Each side is warmed up with one reply first; the
+order alternates between rounds. Speed is the runner's decode rate (tokens after the first over the time
+after it: prompt processing is the same on every side); the speedup is per task and round, then
 the median. Whether the replies are identical to plain decoding's is checked in every round, and where
 they differ, from which character.
 
@@ -45,7 +45,7 @@ from inference.protocol import (
     SamplingParams,
     TokenDelta,
 )
-from inference.runner import BATCH_INVARIANT_ENV, Runner
+from inference.runner import Runner
 
 CODE = """def total_price(items, tax_rate):
     subtotal = 0
@@ -152,12 +152,6 @@ class Side:
         model.guess_costs = costs
 
     def reply(self, prompt: str) -> Reply:
-        # Each side decodes with the kernels its load chose (the runner sets them per load, for the whole
-        # process: both sides share this one), so plain decoding here is what it is with guesses off.
-        if self._guesses:
-            os.environ[BATCH_INVARIANT_ENV] = "1"
-        else:
-            os.environ.pop(BATCH_INVARIANT_ENV, None)
         self._sent.clear()
         self._runner.generate(GenerateRequest("bench", (ChatMessage("user", prompt),), self._sampling))
         ends = [m for m in self._sent if isinstance(m, Finished | Failed)]

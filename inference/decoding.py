@@ -15,8 +15,9 @@ preempted: its cache is dropped and it waits, with every token it has, to be rea
 Its stream pauses and goes on where it was; nothing is lost or sent twice.
 
 A reply that has the runner to itself decodes exactly as it did before batching: the prompt in batches of
-n_batch, its last token alone, one token per step (or speculative guesses, which are made only then: in
-a shared step, a guess would make every other stream wait for it). The same seed then gives the same reply.
+n_batch, the first token sampled from the last of them (as llama.cpp's server does: no step of its own for the
+prompt's last token), then one token per step (or speculative guesses, which are made only then: in a shared
+step, a guess would make every other stream wait for it). The same seed then gives the same reply.
 Beside other replies, a reply's tokens share a batch whose make-up changes from step to step, and ggml's
 kernels round a batch differently from a single token: the reply is as good, but not bit for bit the same.
 """
@@ -30,9 +31,10 @@ import statistics
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from inference.draft_model import DraftModel
 from inference.prompt_lookup import PromptLookup
@@ -340,6 +342,36 @@ class _Reply:
             self.sampler = None
 
 
+# Read by Hearth's patch to ggml's CPU kernels (packaging/llama_patches/0003-batch-invariant-small-batches
+# .patch): while it is set, the rows of a small batch are each multiplied, and attend, as a token decoded
+# alone does, to the bit. It is set for the decodes that check guesses, and only for them: a guessed token
+# then gets the logits it would get decoded alone, while every other batch (a prompt's pieces, several
+# replies' tokens) takes the same fast kernels in a load with guesses as in one without, so that the two
+# give the same replies.
+BATCH_INVARIANT_ENV = "HEARTH_BATCH_INVARIANT"
+
+
+@contextmanager
+def rows_alone() -> Iterator[None]:
+    """The kernels a token decoded alone takes, for each row of the batches decoded in the block. Only around
+    llama_decode, on the thread that runs llama.cpp: its worker threads read the variable during the decode,
+    and nothing else in the runner reads the environment from C while the decode thread changes it."""
+    os.environ[BATCH_INVARIANT_ENV] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(BATCH_INVARIANT_ENV, None)
+
+
+class _Entry(NamedTuple):
+    """A reply's part of one llama_decode: prompt tokens to read (no logits), then `fed`, the tokens whose
+    logits are sampled (the next token and any guessed after it), empty while the prompt goes on."""
+
+    reply: _Reply
+    read: list[int]
+    fed: list[int]
+
+
 class Scheduler:
     """The replies in progress on one loaded model, and the steps that advance them together.
 
@@ -446,9 +478,9 @@ class Scheduler:
                 guessing.budget - guessing.produced - 1, self._n_ctx - guessing.slot.cells - 1
             )
         generating = self._make_room(generating)
-        entries: list[tuple[_Reply, list[int], bool]] = [(r, [r.feed, *r.guessed], True) for r in generating]
-        room = self._n_batch - sum(len(tokens) for _, tokens, _ in entries)
-        free = self._free_cells() - sum(len(tokens) for _, tokens, _ in entries)
+        entries = [_Entry(r, [], [r.feed, *r.guessed]) for r in generating]
+        room = self._n_batch - sum(len(entry.fed) for entry in entries)
+        free = self._free_cells() - sum(len(entry.fed) for entry in entries)
         for reply in [r for r in self._active if r.reading]:
             if room <= 0:
                 break
@@ -465,9 +497,13 @@ class Scheduler:
                     continue
             chunk = reply.body[: max(0, min(room, free))]
             if chunk:
-                entries.append((reply, chunk, False))
-                room -= len(chunk)
-                free -= len(chunk)
+                # The prompt's end goes with the token after it, as llama-server reads a prompt: the first
+                # token is sampled from this llama_decode, not from a step of its own one decode later.
+                whole = len(chunk) == len(reply.body) and room > len(chunk) and free > len(chunk)
+                fed = [reply.feed] if whole else []
+                entries.append(_Entry(reply, chunk, fed))
+                room -= len(chunk) + len(fed)
+                free -= len(chunk) + len(fed)
         if not entries:
             # Every reply is reading, and the cache is full of what they have read: the youngest waits.
             youngest = self._preemptible()
@@ -484,20 +520,19 @@ class Scheduler:
         if guessing is not None and drafts is not None:
             drafts.costs.timed(len(guessing.guessed), elapsed)
         index = 0
-        for reply, tokens, sampled in entries:
+        for reply, read, fed in entries:
             slot = reply.slot
             assert slot is not None
-            if not sampled:
-                slot.hold(tokens)
-                reply.position += len(tokens)
-                del reply.body[: len(tokens)]
-                index += len(tokens)
-                continue
-            slot.hold([reply.feed])
-            reply.position += 1
-            guessed = len(reply.guessed)
-            self._sample(reply, index)
-            index += 1 + guessed
+            if read:
+                slot.hold(read)
+                reply.position += len(read)
+                del reply.body[: len(read)]
+                index += len(read)
+            if fed:
+                slot.hold([reply.feed])
+                reply.position += 1
+                self._sample(reply, index)
+                index += len(fed)
         return True
 
     def _take_incoming(self) -> None:
@@ -653,26 +688,29 @@ class Scheduler:
         reply.position = 0
         self._drop_cache(slot)
 
-    def _decode(self, entries: list[tuple[_Reply, list[int], bool]]) -> int:
+    def _decode(self, entries: list[_Entry]) -> int:
         import llama_cpp
 
         batch = self._batch
         batch.n_tokens = 0
-        for reply, tokens, sampled in entries:
+        for reply, read, fed in entries:
             assert reply.slot is not None
-            _place(batch, tokens, reply.position, reply.slot.seq_id, logits=sampled)
-        return int(llama_cpp.llama_decode(self._ctx, batch))
+            _place(batch, read, reply.position, reply.slot.seq_id, logits=False)
+            _place(batch, fed, reply.position + len(read), reply.slot.seq_id, logits=True)
+        checking_guesses = any(len(entry.fed) > 1 for entry in entries)
+        with rows_alone() if checking_guesses else nullcontext():
+            return int(llama_cpp.llama_decode(self._ctx, batch))
 
-    def _decode_failed(self, entries: list[tuple[_Reply, list[int], bool]], status: int) -> None:
+    def _decode_failed(self, entries: list[_Entry], status: int) -> None:
         """llama.cpp refused the batch (status 1: no room in the cache for it). Beside other replies the
         youngest one waits; alone, a generating reply ends as the context is full, a reading one fails."""
         youngest = self._preemptible() if status == 1 else None
         if youngest is not None:
             self._preempt(youngest)
             return
-        for reply, _, sampled in entries:
+        for reply, read, _ in entries:
             self._forget_guess(reply)
-            if sampled:
+            if not read:
                 reply.reason = StopReason.CONTEXT_FULL
                 self._finish(reply)
             else:

@@ -61,13 +61,6 @@ log = logging.getLogger("hearth.runner")
 PROMPT_END_CHARS = 64
 
 SHUTDOWN = "shutdown"
-# Read by Hearth's patch to ggml's CPU kernels (packaging/llama_patches/0003-batch-invariant-small-batches
-# .patch): the rows of a small batch are each multiplied, and attend, as a token decoded alone does, to the
-# bit. Set for a model loaded with speculative decoding, whose guesses are checked in batches: its replies
-# are then the ones token-by-token decoding gives, with or without guesses (the patch's attention is the
-# same alone in every load). Not set otherwise: a few replies decoded together then share one matrix kernel,
-# which is faster.
-BATCH_INVARIANT_ENV = "HEARTH_BATCH_INVARIANT"
 # See _cap_address_space: how the tests run out of memory for real on a machine without a GPU.
 ADDRESS_SPACE_ENV = "HEARTH_RUNNER_ADDRESS_SPACE_MIB"
 
@@ -229,10 +222,6 @@ class Runner:
                 "Speculative decoding is off for this model: its state (a recurrent model's) cannot take "
                 "back a guess that turned out wrong."
             )
-        if self._model.draft_tokens:
-            os.environ[BATCH_INVARIANT_ENV] = "1"
-        else:
-            os.environ.pop(BATCH_INVARIANT_ENV, None)
         # Template code from the model file runs from here on: the client's prompt watchdog takes over.
         self._send(CheckingTemplate())
         probe = render_chat(self._model.template, ())

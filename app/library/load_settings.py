@@ -302,7 +302,7 @@ def plan_model_load(
     name (the model then loads without it, and the reason says so)."""
     flash = {"auto": None, "on": True, "off": False}[settings.flash_attention]
     if (settings.prompt_lookup or settings.draft_model is not None) and flash is None:
-        # With flash attention (and Hearth's patch, inference.runner.BATCH_INVARIANT_ENV) ggml's CPU kernels
+        # With flash attention (and Hearth's patch, inference.decoding.rows_alone) ggml's CPU kernels
         # give a guessed batch the logits each token gets alone; without it, never: its attention multiplies
         # a batch's keys with another kernel than a single token's.
         flash = True

@@ -150,3 +150,23 @@ def test_the_table_names_each_servers_cpu_kernels_when_they_differ() -> None:
     assert (
         "| llama.cpp llama-server (-np 4) | 90.0, 50 ms | 90.0 | 300.0 | 75.0, 200 ms | **×3.33** |" in table
     )
+
+
+def with_prompts(rows: list[dict[str, Any]], *counts: int) -> list[dict[str, Any]]:
+    return [{**row, "prompt_tokens": list(counts[: len(row["tokens"])])} for row in rows]
+
+
+def test_the_table_says_whether_every_server_read_prompts_of_the_same_length() -> None:
+    same = [
+        *with_prompts(rounds_for("hearth", 80.0, 180.0, 1), 58, 59, 58, 60),
+        *with_prompts(rounds_for("llama_cpp_python", 90.0, 88.0, 1), 58, 59, 58, 60),
+    ]
+    table = render_table(data(rounds=same, summary=summary(same, ["hearth", "llama_cpp_python"])))
+    assert "Each request's prompt: 58–60 tokens on every server." in table
+    # Another template (a default system prompt left out) is a longer wait for the first token on one side.
+    other = [*same[:3], *with_prompts(rounds_for("llama_cpp_python", 90.0, 88.0, 1), 31, 32, 31, 33)]
+    table = render_table(data(rounds=other, summary=summary(other, ["hearth", "llama_cpp_python"])))
+    counts = "as each server counts them: Hearth local API 58–60; llama-cpp-python server 31–33."
+    assert counts in table
+    # Older results have no counts: nothing is said.
+    assert "Prompt tokens" not in render_table(data()) and "Each request's prompt" not in render_table(data())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -393,3 +393,34 @@ def test_a_batch_among_other_sequences_cells_gets_the_logits_it_gets_alone_in_th
         finally:
             cache.close()
     assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("n_batch", [512, 32], ids=["one-batch", "several-batches"])
+def test_the_first_token_comes_from_the_decode_that_reads_the_end_of_the_prompt(
+    starter_model: str, n_batch: int
+) -> None:
+    """As llama-server reads a prompt: its last token goes in its last batch, whose logits give the first
+    token. A decode of its own for that token would cost a whole token's time before anything is shown."""
+    sent: list[object] = []
+    runner = Runner(sent.append)
+    runner.load(LoadRequest(replace(plan_for(starter_model, n_ctx=1024, n_parallel=1), n_batch=n_batch)))
+    scheduler = runner._scheduler
+    assert scheduler is not None
+    try:
+        for max_tokens in (1, 5):
+            sent.clear()
+            steps = scheduler._steps
+            prompt = (
+                f"({max_tokens}) Write a long story about a lighthouse keeper and the sea: winter storms, "
+                "the ships that pass in the night, the gulls on the rocks and the long evenings by the lamp."
+            )
+            runner.generate(request("r", prompt, replace(LONG, max_tokens=max_tokens)))
+            [ready] = [m for m in sent if isinstance(m, PromptReady)]
+            [end] = [m for m in sent if isinstance(m, Finished)]
+            assert end.stats.completion_tokens == max_tokens
+            to_read = ready.prompt_tokens - end.stats.cached_prompt_tokens  # the second starts as the first
+            assert to_read > (n_batch if n_batch == 32 else 0)
+            reads = -(-to_read // n_batch)
+            assert scheduler._steps - steps == reads + max_tokens - 1
+    finally:
+        runner.close()

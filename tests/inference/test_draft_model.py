@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from inference.decoding import TIMED_DECODES
+from inference.decoding import BATCH_INVARIANT_ENV, TIMED_DECODES
 from inference.draft_model import DraftVocab, incompatibility
 from inference.protocol import ChatMessage, SamplingParams, StopReason
 from inference.protocol import Loaded as LoadedMessage
-from inference.runner import BATCH_INVARIANT_ENV
 from tests.inference.test_prompt_lookup import (
     CHEAP_GUESSES,
     EDIT,
@@ -86,8 +85,9 @@ def test_the_draft_model_loads_beside_the_model(sides: tuple[Loaded, Loaded]) ->
     assert loaded.draft_tokens == 8 and loaded.draft_note == ""
     [plain_loaded] = [m for m in plain.sent if isinstance(m, LoadedMessage)]
     assert plain_loaded.draft_model_path is None and plain_loaded.draft_tokens == 0
-    # The last load guesses: ggml's kernels give a token alone the logits it gets in a batch.
-    assert os.environ.get(BATCH_INVARIANT_ENV) == "1"
+    # No kernels are chosen for the whole process: only the decodes that check guesses take the single-token
+    # kernels (inference.decoding.rows_alone).
+    assert BATCH_INVARIANT_ENV not in os.environ
 
 
 @pytest.mark.model
