@@ -124,7 +124,6 @@ class Side:
         sampling: SamplingParams = SAMPLING,
     ) -> None:
         self._sampling = sampling
-        self._guesses = draft_tokens > 0
         self._sent: list[object] = []
         self._runner = Runner(self._sent.append)
         plan = LoadPlan(
