@@ -23,7 +23,6 @@ every file body with how much of it was sent (`bodies`).
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import importlib.util
 import json
@@ -49,6 +48,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 import pytest
 
 from app.library.installed import STARTER_FILENAME, STARTER_PACKAGE
+from tests.helpers.quantize import quantize
 
 _CHUNK = 256 * 1024
 _hash_cache: dict[tuple[str, int, int], str] = {}
@@ -699,22 +699,10 @@ def starter_file() -> ServedFile:
     return ServedFile.from_path(STARTER_FILENAME, starter_model_file())
 
 
-_QUANT_FTYPES = {"Q8_0": 7, "Q4_K_M": 15, "Q3_K_M": 12}
-
-
 def quantized_variants(directory: Path) -> dict[str, Path]:
     """Real requantized copies of the starter model (Q8_0, Q4_K_M, Q3_K_M); make them once a session."""
     source = starter_model_file()
-    import llama_cpp
-
-    variants: dict[str, Path] = {}
-    for label, ftype in _QUANT_FTYPES.items():
-        target = directory / f"SmolLM2-135M-Instruct.{label}.gguf"
-        params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype = ftype
-        params.allow_requantize = True
-        params.nthread = os.cpu_count() or 1
-        if llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)):
-            raise RuntimeError(f"quantizing the starter model to {label} failed")
-        variants[label] = target
-    return variants
+    return {
+        label: quantize(source, directory / f"SmolLM2-135M-Instruct.{label}.gguf", label)
+        for label in ("Q8_0", "Q4_K_M", "Q3_K_M")
+    }

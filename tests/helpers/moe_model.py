@@ -12,8 +12,6 @@ take the generic one's vec_dot.
 
 from __future__ import annotations
 
-import ctypes
-import os
 import string
 from pathlib import Path
 
@@ -32,9 +30,6 @@ CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-# llama_ftype values (llama.h) for llama_model_quantize.
-FTYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15}
-
 _F32 = 0
 _NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6
 
@@ -108,15 +103,3 @@ def write_tiny_moe(path: Path, *, seed: int = 0) -> Path:
         "tokenizer.chat_template": CHATML,
     }
     return write_gguf(path, metadata, tensors)
-
-
-def quantize(source: Path, target: Path, ftype: str) -> Path:
-    """`source` quantized by llama.cpp to `ftype` (a key of FTYPES)."""
-    import llama_cpp
-
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = FTYPES[ftype]
-    params.nthread = os.cpu_count() or 1
-    if llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)):
-        raise RuntimeError(f"llama.cpp could not quantize the tiny MoE model to {ftype}")
-    return target

