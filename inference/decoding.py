@@ -588,10 +588,11 @@ class Scheduler:
         return keep
 
     def _read_with_images(self, reply: _Reply) -> None:
-        """A prompt with images, from the start, in one go: its text in batches at explicit positions, each
-        image encoded by mtmd into the positions after. Image embeddings depend on the picture, not on
-        tokens, so nothing of the cache can be matched to a later prompt: the slot is marked as holding
-        none."""
+        """A prompt with images, from the start up to its last image, in one go: its text in batches at
+        explicit positions, each image encoded by mtmd into the positions after. The text after the last
+        image is left to the steps, which read its end with the token after it, as any prompt's. Image
+        embeddings depend on the picture, not on tokens, so nothing of the cache can be matched to a later
+        prompt: the slot is marked as holding none."""
         import llama_cpp
 
         model, slot = self._model, reply.slot
@@ -613,14 +614,11 @@ class Scheduler:
                     run = []
                     image = next(pending)
                     n_past = model.vision.evaluate(self._ctx, image, n_past, self._n_batch, slot.seq_id)
-                n_past = _decode_at(self._ctx, run, n_past, self._n_batch, seq_id=slot.seq_id)
         except (VisionError, RuntimeError) as exc:
             self._fail(reply, ErrorKind.MODEL_INVALID, f"{exc}.")
             return
-        slot.cells = reply.n_prompt - 1
-        # The prompt ends in the template's own text (the assistant's turn opening): its last token, alone,
-        # gives the logits the first reply token is sampled from.
-        reply.feed, reply.position = reply.tokens[-1], n_past
+        slot.cells = reply.n_prompt - 1 - len(run)
+        reply.body, reply.feed, reply.position = run, reply.tokens[-1], n_past
 
     def _still_to_write(self, reading: _Reply) -> int:
         """The most tokens the other replies may still add to the cache."""

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
+import llama_cpp
 import pytest
 from PIL import Image
 
@@ -124,6 +126,28 @@ def test_two_images_take_two_slots_in_order(vision: LoadedRunner) -> None:
     assert two - one == TINY_IMAGE_TOKENS
     n_prompt, _, finished = vision.generate(ChatMessage("user", "Compare them.", (png("navy"), png("red"))))
     assert n_prompt == two and finished.stats.completion_tokens > 0
+
+
+def test_the_first_token_after_an_image_comes_from_the_decode_that_reads_the_end_of_the_prompt(
+    vision: LoadedRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The text after the last picture is read by the steps, as any prompt's end, with the token after it:
+    no llama_decode of that one token alone before anything is shown. (mtmd decodes the picture's embeddings
+    itself, in C: only the text's decodes pass through Python.)"""
+    decoded: list[int] = []
+    decode = llama_cpp.llama_decode
+
+    def counted(ctx: object, batch: llama_cpp.llama_batch) -> int:
+        decoded.append(batch.n_tokens)
+        return int(decode(ctx, batch))
+
+    monkeypatch.setattr(llama_cpp, "llama_decode", counted)
+    question = ChatMessage("user", "What is in the picture?", (png("navy"),))
+    vision.runner.generate(GenerateRequest("r", (question,), replace(GREEDY, max_tokens=1)))
+    [finished] = [r for r in vision.take() if isinstance(r, Finished)]
+    assert finished.stats.completion_tokens == 1
+    # The template's text before the picture, then the question after it with the turn's opening.
+    assert len(decoded) == 2 and min(decoded) > 1, decoded
 
 
 def test_a_text_model_refuses_images_with_a_sentence(starter_model: Path) -> None:
