@@ -117,6 +117,7 @@ class Slot:
     # images: nothing a later prompt can share).
     cached: list[int] = field(default_factory=list)
     # Context cells the sequence takes: len(cached), but an image takes as many cells as it has tokens.
+    # Cells another sequence holds too (Scheduler._borrow_prefix) are counted in both.
     cells: int = 0
     busy: bool = False
     used_at: int = 0  # the step its last reply started at: idle caches are given up oldest first
@@ -574,8 +575,10 @@ class Scheduler:
             reply.position = keep
 
     def _reuse_prefix(self, slot: Slot, tokens: list[int]) -> int:
-        """Keep the slot's cache for the longest start this prompt shares with it; drop the rest. At least
-        one prompt token is always decoded again: sampling needs the logits of the prompt's last token."""
+        """Keep the slot's cache for the longest start this prompt shares with it; drop the rest. Where
+        another slot's cache shares a longer start, this slot takes those cells instead. Returns how many
+        prompt tokens need no reading. At least one is always decoded again: sampling needs the logits of
+        the prompt's last token."""
         import llama_cpp
 
         keep = min(_shared(slot.cached, tokens), len(tokens) - 1)
@@ -585,7 +588,33 @@ class Scheduler:
             keep = 0
         del slot.cached[keep:]
         slot.cells = keep
+        if self._model.rewindable:
+            keep = self._borrow_prefix(slot, tokens, keep)
         return keep
+
+    def _borrow_prefix(self, slot: Slot, tokens: list[int], held: int) -> int:
+        """The longest start of `tokens` any other slot holds, if longer than the `held` this slot has, put
+        in this slot's sequence too; returns the tokens the slot now holds. Every sequence shares the one
+        unified cache (inference.runner._parallel_sequences), so llama_memory_seq_cp only marks the same
+        cells as this sequence's as well: no copy, and the other slot's cache stays whole. A new
+        conversation then skips the system prompt and tools another one has read, and leaves that one's
+        slot alone (llama-server reuses a cache only in its own slot, overwriting the rest of it).
+
+        The cells are counted in each slot's `cells`, so the free room the scheduler sees is less than
+        llama.cpp's, never more: the same as if the slot had read them itself."""
+        import llama_cpp
+
+        donor, shared = max(
+            ((other, min(_shared(other.cached, tokens), len(tokens) - 1)) for other in self._model.slots),
+            key=lambda pair: pair[1],
+        )
+        if donor is slot or shared <= held:
+            return held
+        llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, 0, -1)
+        llama_cpp.llama_memory_seq_cp(self._memory, donor.seq_id, slot.seq_id, 0, shared)
+        slot.cached[:] = donor.cached[:shared]
+        slot.cells = shared
+        return shared
 
     def _read_with_images(self, reply: _Reply) -> None:
         """A prompt with images, from the start up to its last image, in one go: its text in batches at
@@ -835,8 +864,9 @@ def _preference(slot: Slot, tokens: list[int]) -> tuple[bool, int, int]:
     """How well a free slot suits a prompt, for max(): one whose cache saves the prompt more tokens than
     it would lose of what it holds, by the most saved (an empty one saves nothing and loses nothing); else
     the one idle longest. A new conversation with the same system prompt as the window's then takes an
-    empty slot, not the window's, whose next turn still finds its whole conversation there; a regenerated
-    reply reuses its conversation's slot, losing only the old reply."""
+    empty slot, not the window's, whose next turn still finds its whole conversation there (the system
+    prompt it finds in the window's slot: Scheduler._borrow_prefix); a regenerated reply reuses its
+    conversation's slot, losing only the old reply."""
     shared = _shared(slot.cached, tokens)
     worth_it = len(slot.cached) - shared <= shared
     return worth_it, shared if worth_it else 0, -slot.used_at

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from inference.client import RunnerClient
-from inference.decoding import _decode_every
+from inference.decoding import _decode_every, _shared
 from inference.protocol import (
     ChatMessage,
     ErrorKind,
@@ -277,6 +277,74 @@ def test_a_reply_the_context_has_no_room_for_waits_and_goes_on_where_it_was(
             prompts = [m for m in side.sent if isinstance(m, PromptReady) and m.request_id == name]
             assert len(prompts) == 1
         assert side.slots_agree_with_llama_cpp()
+    finally:
+        side.close()
+
+
+def test_a_new_conversation_takes_the_system_prompt_another_slot_holds_and_leaves_that_slot_whole(
+    starter_model: str,
+) -> None:
+    import llama_cpp
+
+    sampling = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    rivers = (ChatMessage("user", "Name three rivers of Europe."),)
+    days = (ChatMessage("user", LISTS["days"][0]),)
+    # Another system prompt: it shares only the turn's opening with the others.
+    french = (ChatMessage("system", "You answer in French."), ChatMessage("user", "Name two cheeses."))
+
+    def follow_up(turn: tuple[ChatMessage, ...], reply: str, question: str) -> tuple[ChatMessage, ...]:
+        return (*turn, ChatMessage("assistant", reply), ChatMessage("user", question))
+
+    def run(side: InProcess, name: str, messages: tuple[ChatMessage, ...]) -> tuple[str, GenerationStats]:
+        side.runner.generate(GenerateRequest(name, messages, sampling))
+        end = side.finished(name)
+        assert isinstance(end, Finished), end
+        deltas = [m.text for m in side.sent if isinstance(m, TokenDelta) and m.request_id == name]
+        return "".join(deltas), end.stats
+
+    # The days conversation in a slot of its own that held the rivers' first: it reads the same pieces
+    # after the same cells of the system prompt (those the rivers' prompt began with).
+    alone = InProcess(plan_for(starter_model, n_parallel=1))
+    try:
+        run(alone, "rivers", rivers)
+        days_alone, first_alone = run(alone, "days", days)
+        _, second_alone = run(alone, "days-2", follow_up(days, days_alone, "And two more?"))
+    finally:
+        alone.close()
+
+    side = InProcess(plan_for(starter_model, n_parallel=2))
+    try:
+        model = side.runner._model
+        assert model is not None
+        memory = llama_cpp.llama_get_memory(model.llm.ctx)
+        rivers_text, rivers_stats = run(side, "rivers", rivers)
+        [rivers_slot] = [slot for slot in model.slots if slot.cached]
+        held = rivers_slot.cached[:]
+        days_text, first = run(side, "days", days)
+        [days_slot] = [slot for slot in model.slots if slot is not rivers_slot]
+        system_prompt = _shared(held, days_slot.cached)
+        assert system_prompt > 10
+        assert first.cached_prompt_tokens == system_prompt == first_alone.cached_prompt_tokens
+        # Read after the other slot's cells, it says what it says after its own.
+        assert days_text == days_alone
+
+        # The slot it took them from kept its whole conversation.
+        assert rivers_slot.cached == held and side.slots_agree_with_llama_cpp()
+        _, rivers_next = run(side, "rivers-2", follow_up(rivers, rivers_text, "And three of Asia?"))
+        assert rivers_stats.prompt_tokens is not None
+        assert rivers_next.cached_prompt_tokens >= rivers_stats.prompt_tokens + sampling.max_tokens - 2
+
+        # The rivers' slot, idle longest once the days conversation has gone on, gives up all but the
+        # turn's opening; the cells it lent stay the days conversation's.
+        _, second = run(side, "days-2", follow_up(days, days_text, "And two more?"))
+        run(side, "french", french)
+        assert _shared(rivers_slot.cached, held) < system_prompt
+        assert llama_cpp.llama_memory_seq_pos_min(memory, days_slot.seq_id) == 0
+        assert side.slots_agree_with_llama_cpp()
+        assert second.cached_prompt_tokens == second_alone.cached_prompt_tokens
+        # The same turn again finds all of its prompt but the last token, which gives the first logits.
+        _, again = run(side, "days-2-again", follow_up(days, days_text, "And two more?"))
+        assert second.prompt_tokens is not None and again.cached_prompt_tokens == second.prompt_tokens - 1
     finally:
         side.close()
 
