@@ -557,7 +557,7 @@ class Scheduler:
                 return
             reply = self._waiting[0]
             if reply.images and self._active:
-                # Its prompt is read in one go, and needs the room for all of it now.
+                # Its prompt up to the last picture is read in one go, and needs the room for all of it now.
                 return
             self._waiting.popleft()
             slot = max(free_slots, key=lambda s: _preference(s, reply.tokens))
